@@ -1,0 +1,300 @@
+/*
+ * fp4rl.h - the public C ABI of libfp4rl.
+ *
+ * Plain C99; also valid C++. Conventions (see docs in README.md):
+ *  - Every handle is opaque. `fp4rl_x_create(fp4rl_x **out, ...)` makes one, `fp4rl_x_destroy`
+ *    frees it and accepts NULL.
+ *  - Every fallible function returns an fp4rl_status. On failure, fp4rl_last_error() returns a
+ *    message for the calling thread that says what was wrong; outputs are left untouched.
+ *    Nothing in the library prints, aborts or exits.
+ *  - Sizes are int64_t (shapes) or size_t (bytes); booleans are int.
+ *  - A context is used by one thread at a time. Separate contexts share no mutable state.
+ */
+#ifndef FP4RL_H
+#define FP4RL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define FP4RL_API
+#elif defined(__GNUC__)
+#define FP4RL_API __attribute__((visibility("default")))
+#else
+#define FP4RL_API
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Version
+ * ------------------------------------------------------------------------------------------- */
+#define FP4RL_VERSION_MAJOR 0
+#define FP4RL_VERSION_MINOR 1
+#define FP4RL_VERSION_PATCH 0
+/* MAJOR * 10000 + MINOR * 100 + PATCH, the same as fp4rl_version_number() of this header. */
+#define FP4RL_VERSION_NUMBER (FP4RL_VERSION_MAJOR * 10000 + FP4RL_VERSION_MINOR * 100 + FP4RL_VERSION_PATCH)
+
+/* The version of the library that is linked (compare with FP4RL_VERSION_NUMBER). */
+FP4RL_API unsigned fp4rl_version_number(void);
+/* "MAJOR.MINOR.PATCH" of the linked library. */
+FP4RL_API const char *fp4rl_version_string(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Status and errors
+ * ------------------------------------------------------------------------------------------- */
+typedef enum fp4rl_status {
+    FP4RL_OK = 0,
+    FP4RL_ERR_INVALID_ARGUMENT, /* a NULL pointer, an out-of-range value */
+    FP4RL_ERR_SHAPE,            /* dims that do not fit together, or whose size overflows */
+    FP4RL_ERR_DTYPE,            /* a dtype this function does not take */
+    FP4RL_ERR_UNSUPPORTED,      /* valid, but not implemented for this case (the message says why) */
+    FP4RL_ERR_OUT_OF_MEMORY,    /* an allocation failed; nothing leaked, outputs untouched */
+    FP4RL_ERR_DEVICE,           /* no such device, or a device error (the context is then unusable) */
+    FP4RL_ERR_IO,               /* a file could not be read or written */
+    FP4RL_ERR_CORRUPT,          /* a file or buffer is malformed */
+    FP4RL_ERR_CALLBACK,         /* a user callback failed */
+    FP4RL_ERR_INTERNAL          /* a bug in fp4rl: please report it with the message */
+} fp4rl_status;
+
+/* "FP4RL_OK", "FP4RL_ERR_SHAPE", ...; "FP4RL_STATUS_UNKNOWN" for a value outside the enum. */
+FP4RL_API const char *fp4rl_status_name(fp4rl_status s);
+/* The calling thread's message for its last failed call ("" if none). Valid until this thread's
+ * next failing call into fp4rl. */
+FP4RL_API const char *fp4rl_last_error(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Handles
+ * ------------------------------------------------------------------------------------------- */
+typedef struct fp4rl_context fp4rl_context;
+typedef struct fp4rl_tensor fp4rl_tensor;
+typedef struct fp4rl_quant_policy fp4rl_quant_policy;
+
+/* ---------------------------------------------------------------------------------------------
+ * Context: a device, its memory and its random-number state
+ * ------------------------------------------------------------------------------------------- */
+typedef enum fp4rl_device { FP4RL_DEVICE_CPU = 0, FP4RL_DEVICE_CUDA = 1 } fp4rl_device;
+
+/* Creates a context on `device`; `ordinal` picks the GPU (0 for the CPU). A CUDA context on a
+ * machine without a usable GPU fails with FP4RL_ERR_DEVICE; in a build without CUDA it fails with
+ * FP4RL_ERR_UNSUPPORTED. A new context has seed 0 and random offset 0. */
+FP4RL_API fp4rl_status fp4rl_context_create(fp4rl_context **out, fp4rl_device device, int ordinal);
+FP4RL_API void fp4rl_context_destroy(fp4rl_context *ctx);
+/* Sets the seed of stochastic rounding and resets the random offset to 0. */
+FP4RL_API fp4rl_status fp4rl_context_set_seed(fp4rl_context *ctx, uint64_t seed);
+/* Reads the random state: the seed and the offset the next stochastic quantization will use.
+ * Every stochastically rounded quantization uses the current offset and advances it by one, so a
+ * run is replayable from (seed, offset). Either pointer may be NULL. */
+FP4RL_API fp4rl_status fp4rl_context_get_rng(const fp4rl_context *ctx, uint64_t *seed, uint64_t *offset);
+FP4RL_API fp4rl_status fp4rl_context_set_rng_offset(fp4rl_context *ctx, uint64_t offset);
+/* The context's device, or -1 for a NULL context. */
+FP4RL_API int fp4rl_context_device(const fp4rl_context *ctx);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensors
+ * ------------------------------------------------------------------------------------------- */
+typedef enum fp4rl_dtype {
+    FP4RL_DTYPE_F32,         /* dense binary32 */
+    FP4RL_DTYPE_BF16,        /* dense bfloat16, stored as uint16_t bit patterns */
+    FP4RL_DTYPE_I32,         /* dense int32 */
+    FP4RL_DTYPE_MXFP4,       /* E2M1 elements, E8M0 scale per 32 (1D) or per T x T tile (2D) */
+    FP4RL_DTYPE_NVFP4,       /* E2M1 elements, UE4M3 scale per 16 (1D) or T x T, one f32 per tensor */
+    FP4RL_DTYPE_HIF4,        /* HiFloat4: S1P2 elements, one 32-bit three-level scale word per 64 */
+    FP4RL_DTYPE_MXFP8_E4M3   /* E4M3 elements, E8M0 scale per 32 (1D) or per T x T tile (2D) */
+} fp4rl_dtype;
+
+#define FP4RL_MAX_DIMS 8
+
+/* Name of a dtype ("f32", "bf16", "i32", "mxfp4", "nvfp4", "hif4", "mxfp8_e4m3"); "unknown". */
+FP4RL_API const char *fp4rl_dtype_name(fp4rl_dtype dtype);
+
+/* Creates a dense tensor (F32, BF16 or I32) of `ndim` (1..FP4RL_MAX_DIMS) dims, each >= 1, on the
+ * context's device, and copies `data` (row-major, prod(shape) elements) into it. */
+FP4RL_API fp4rl_status fp4rl_tensor_from_host(fp4rl_tensor **out, fp4rl_context *ctx, fp4rl_dtype dtype,
+                                              int ndim, const int64_t *shape, const void *data);
+/* Creates a dense tensor with every element zero. */
+FP4RL_API fp4rl_status fp4rl_tensor_zeros(fp4rl_tensor **out, fp4rl_context *ctx, fp4rl_dtype dtype,
+                                          int ndim, const int64_t *shape);
+/* Copies a dense tensor's elements to `dst`, which holds `dst_bytes` >= fp4rl_tensor_nbytes(t). */
+FP4RL_API fp4rl_status fp4rl_tensor_to_host(const fp4rl_tensor *t, void *dst, size_t dst_bytes);
+FP4RL_API void fp4rl_tensor_destroy(fp4rl_tensor *t);
+
+/* Accessors. On a NULL tensor: dtype -1, ndim 0, dim 0, numel 0, nbytes 0. */
+FP4RL_API fp4rl_dtype fp4rl_tensor_dtype(const fp4rl_tensor *t);
+FP4RL_API int fp4rl_tensor_ndim(const fp4rl_tensor *t);
+/* dims[i]; 0 when i is out of range. */
+FP4RL_API int64_t fp4rl_tensor_dim(const fp4rl_tensor *t, int i);
+FP4RL_API int64_t fp4rl_tensor_numel(const fp4rl_tensor *t);
+/* Bytes of a dense tensor's elements; for a quantized tensor, its codes plus its scales. */
+FP4RL_API size_t fp4rl_tensor_nbytes(const fp4rl_tensor *t);
+/* The context a tensor lives in. */
+FP4RL_API fp4rl_context *fp4rl_tensor_context(const fp4rl_tensor *t);
+
+/* ---------------------------------------------------------------------------------------------
+ * Quantized tensors: layout of codes and scales
+ *
+ * A quantized tensor of shape [d0, ..., dn-1] is viewed as a matrix [R, C] with C = dn-1 and
+ * R = d0 * ... * dn-2 (R = 1 for a 1-dim tensor). Blocks run along C (1D, `tile` == 0) or are
+ * T x T tiles of rows x columns (2D, `tile` == T).
+ *
+ * Codes: row-major, each row starting on a byte boundary.
+ *   MXFP4, NVFP4, HiF4: ceil(C / 2) bytes per row; element 2k in the low nibble of byte k,
+ *     element 2k+1 in the high nibble; an odd row pads its last high nibble with 0.
+ *   MXFP8_E4M3: C bytes per row, one E4M3 code each.
+ * Scales:
+ *   MXFP4, MXFP8 (uint8 E8M0) and NVFP4 (uint8 UE4M3):
+ *     1D: [R, ceil(C / B)] row-major with B = 32 (MX) or 16 (NVFP4); element (r, c) uses
+ *         scales[r * ceil(C / B) + c / B].
+ *     2D: [ceil(R / T), ceil(C / T)] row-major; element (r, c) uses scales[(r / T) * ceil(C / T) + c / T].
+ *   HiF4 (uint32 little-endian scale words, bit layout in shared/spec/formats.md section 6):
+ *     1D and 2D alike: [R, ceil(C / 64)] row-major words, element (r, c) uses word
+ *     r * ceil(C / 64) + c / 64 and position c % 64 inside it. In 2D (T = 64) the words of the
+ *     rows of one tile share the tile's E6M2 base and carry the increment bits of the 8x8 and
+ *     4x4 sub-blocks their row crosses, so a 2D HiF4 tensor is also a valid 1D HiF4 tensor.
+ *   NVFP4 also has one binary32 decode scale per tensor (`tensor_scale`; 1.0 for other formats).
+ * The element and scale encodings are those of shared/spec/formats.md.
+ * ------------------------------------------------------------------------------------------- */
+
+/* The block layout of a quantized tensor: `tile` (0 = 1D), the byte sizes of its codes and its
+ * scales, and NVFP4's per-tensor scale (1.0f otherwise). Any output pointer may be NULL. */
+FP4RL_API fp4rl_status fp4rl_tensor_quant_info(const fp4rl_tensor *t, int *tile, size_t *codes_bytes,
+                                               size_t *scales_bytes, float *tensor_scale);
+/* Copy the packed codes / the scales of a quantized tensor to host memory. */
+FP4RL_API fp4rl_status fp4rl_tensor_codes_to_host(const fp4rl_tensor *t, void *dst, size_t dst_bytes);
+FP4RL_API fp4rl_status fp4rl_tensor_scales_to_host(const fp4rl_tensor *t, void *dst, size_t dst_bytes);
+/* Creates a quantized tensor from codes and scales in the layout above (copied). `codes_bytes` and
+ * `scales_bytes` must equal the sizes the layout gives. Padding nibbles must be 0, and
+ * `tensor_scale` must be finite and > 0 for NVFP4 (1.0f for the others); otherwise
+ * FP4RL_ERR_CORRUPT. */
+FP4RL_API fp4rl_status fp4rl_tensor_import_quantized(fp4rl_tensor **out, fp4rl_context *ctx, fp4rl_dtype dtype,
+                                                     int ndim, const int64_t *shape, int tile,
+                                                     const void *codes, size_t codes_bytes,
+                                                     const void *scales, size_t scales_bytes,
+                                                     float tensor_scale);
+
+/* ---------------------------------------------------------------------------------------------
+ * Quantization policy: what is quantized how. Set through (parameter, value) pairs so that new
+ * knobs never change a struct layout.
+ * ------------------------------------------------------------------------------------------- */
+typedef enum fp4rl_scale_rule {
+    FP4RL_SCALE_OCP_FLOOR = 0,        /* e = floor(log2 amax) - emax_elem: the block max may saturate */
+    FP4RL_SCALE_TRUNCATION_FREE = 1   /* smallest e with amax <= max_elem * 2^e: never saturates */
+} fp4rl_scale_rule;
+
+typedef enum fp4rl_rounding {
+    FP4RL_ROUND_NEAREST = 0,          /* RNE (HiF4: half up on the magnitude, as the reference) */
+    FP4RL_ROUND_STOCHASTIC = 1        /* Philox4x32-10 counter-based, reproducible on CPU and GPU */
+} fp4rl_rounding;
+
+typedef enum fp4rl_numerics {
+    FP4RL_NUMERICS_BF16 = 0,          /* no FP4: BF16-rounded GEMM operands */
+    FP4RL_NUMERICS_FP4 = 1,           /* training: W, X and dY quantized per the policy (= W4A4) */
+    FP4RL_NUMERICS_W4A16 = 2,         /* rollout: weights FP4, activations BF16 */
+    FP4RL_NUMERICS_W16A4 = 3,         /* rollout: weights BF16, activations FP4 */
+    FP4RL_NUMERICS_W4A4 = 4           /* rollout: both FP4 */
+} fp4rl_numerics;
+
+typedef enum fp4rl_resq {
+    FP4RL_RESQ_OFF = 0, FP4RL_RESQ_DENSE = 1, FP4RL_RESQ_2_4 = 2,
+    FP4RL_RESQ_CHANNEL_50 = 3, FP4RL_RESQ_BLOCK_50 = 4
+} fp4rl_resq;
+
+typedef enum fp4rl_role { FP4RL_ROLE_WEIGHT = 0, FP4RL_ROLE_ACTIVATION = 1, FP4RL_ROLE_GRADIENT = 2 } fp4rl_role;
+
+typedef enum fp4rl_qparam {
+    /* Tiles per role: 0 = 1D blocks along the last dim (the format's own block size);
+     * T > 0 = 2D T x T tiles: 16, 32 or 64 for MXFP4, MXFP8 and NVFP4; 64 for HiF4. Default 0. */
+    FP4RL_QP_TILE_WEIGHT = 0,
+    FP4RL_QP_TILE_ACTIVATION = 1,
+    FP4RL_QP_TILE_GRADIENT = 2,
+    /* fp4rl_scale_rule for MXFP4 / MXFP8 (NVFP4 and HiF4 have their own rules). Default OCP floor. */
+    FP4RL_QP_SCALE_RULE = 3,
+    /* fp4rl_rounding per role. Default nearest. */
+    FP4RL_QP_ROUNDING_WEIGHT = 4,
+    FP4RL_QP_ROUNDING_ACTIVATION = 5,
+    FP4RL_QP_ROUNDING_GRADIENT = 6,
+    /* Seed of stochastic rounding: -1 (default) = the context's seed; 0 .. INT64_MAX overrides it. */
+    FP4RL_QP_SEED = 7,
+    /* Quantized formats (fp4rl_dtype, MXFP4 / NVFP4 / HiF4 / MXFP8_E4M3) of the model's linear layers
+     * per role. Default MXFP4 for all three. */
+    FP4RL_QP_FORMAT_WEIGHT = 8,
+    FP4RL_QP_FORMAT_ACTIVATION = 9,
+    FP4RL_QP_FORMAT_GRADIENT = 10,
+    /* Format of q_proj and k_proj: -1 (default) = the same as the other linears; or a format. */
+    FP4RL_QP_FORMAT_QK = 11,
+    /* fp4rl_numerics of training (BF16 or FP4; default FP4) and of the rollout (BF16, W4A16, W16A4,
+     * W4A4; default W4A4). */
+    FP4RL_QP_TRAIN_NUMERICS = 12,
+    FP4RL_QP_ROLLOUT_NUMERICS = 13,
+    /* Rollout-ResQ pattern (fp4rl_resq), rollout only. Default off. */
+    FP4RL_QP_RESQ = 14
+} fp4rl_qparam;
+#define FP4RL_QP_COUNT 15
+
+typedef enum fp4rl_preset {
+    FP4RL_PRESET_DEFAULT = 0,     /* the plain defaults of fp4rl_quant_policy_create */
+    /* "Stable FP4 training": MXFP4, W and X in 32x32 tiles, truncation-free, dY 1D stochastic,
+     * MXFP8 E4M3 for q_proj/k_proj, FP4 training, W4A4 rollout, no ResQ. */
+    FP4RL_PRESET_STABLE_2D_MXFP4 = 1,
+    /* "HiFloat4 end-to-end FP4 RL": HiF4 1D along K for every role, dY stochastic, FP4 training,
+     * W4A4 rollout, Rollout-ResQ 2:4. */
+    FP4RL_PRESET_HIF4_RL = 2
+} fp4rl_preset;
+
+/* A new policy with the plain defaults (1D, OCP floor, nearest, MXFP4, FP4 training, W4A4 rollout). */
+FP4RL_API fp4rl_status fp4rl_quant_policy_create(fp4rl_quant_policy **out);
+/* Sets one parameter. An unknown parameter or an out-of-range value (a tile some format of the
+ * policy cannot take, say) is FP4RL_ERR_INVALID_ARGUMENT with a message naming the parameter and
+ * the allowed values; the policy is then unchanged. */
+FP4RL_API fp4rl_status fp4rl_quant_policy_set(fp4rl_quant_policy *p, fp4rl_qparam param, int64_t value);
+FP4RL_API fp4rl_status fp4rl_quant_policy_get(const fp4rl_quant_policy *p, fp4rl_qparam param, int64_t *value);
+/* Resets every parameter to a named recipe. */
+FP4RL_API fp4rl_status fp4rl_quant_policy_apply_preset(fp4rl_quant_policy *p, fp4rl_preset preset);
+FP4RL_API void fp4rl_quant_policy_destroy(fp4rl_quant_policy *p);
+/* Name of a parameter ("tile_weight", ...) or NULL for an unknown one. */
+FP4RL_API const char *fp4rl_qparam_name(fp4rl_qparam param);
+
+/* ---------------------------------------------------------------------------------------------
+ * Quantize, dequantize, transpose, matmul
+ * ------------------------------------------------------------------------------------------- */
+
+/* Quantizes a dense F32 or BF16 tensor to `format` (MXFP4, NVFP4, HiF4 or MXFP8_E4M3) with the
+ * tile and rounding the policy gives `role` (the policy's seed if it sets one; the scale rule
+ * for MX formats). `policy` may be NULL for the plain defaults. Any shape; nothing needs to be a
+ * multiple of a block. A NaN or Inf makes its whole block NaN (not an error). A stochastically
+ * rounded call advances the context's random offset by one. Random numbers are indexed by the
+ * element's row-major index, so with stochastic rounding Q(W)^T and Q(W^T) differ; with nearest
+ * rounding and 2D tiles they are bit-identical. */
+FP4RL_API fp4rl_status fp4rl_quantize(fp4rl_tensor **out, fp4rl_context *ctx, const fp4rl_tensor *src,
+                                      fp4rl_dtype format, const fp4rl_quant_policy *policy, fp4rl_role role);
+/* Dequantizes to a dense F32 or BF16 tensor of the same shape (exact in F32; BF16 is exact for
+ * the FP4 formats except where the block scale puts values outside BF16's range). */
+FP4RL_API fp4rl_status fp4rl_dequantize(fp4rl_tensor **out, fp4rl_context *ctx, const fp4rl_tensor *q, fp4rl_dtype dtype);
+/* Transposes a 2-dim tensor. Dense: a plain transpose. 2D-tiled quantized: a reshuffle of codes
+ * and scales, bit-identical to quantizing the transposed source with nearest rounding. 1D-quantized:
+ * FP4RL_ERR_UNSUPPORTED (its blocks run along rows; the transpose needs blocks along columns,
+ * i.e. a re-quantization from the high-precision source). */
+FP4RL_API fp4rl_status fp4rl_tensor_transpose(fp4rl_tensor **out, fp4rl_context *ctx, const fp4rl_tensor *t);
+/* C[M,N] = A[M,K] * B[N,K]^T. C is a dense F32 or BF16 [M,N] tensor made by the caller and
+ * overwritten. A and B are 2-dim, dense (F32/BF16) or quantized (blocks along K: 1D, or 2D tiles).
+ * Quantized operands are dequantized exactly and multiplied with FP32 accumulation; NVFP4's
+ * per-tensor scales are applied as the GEMM's alpha. All tensors in `ctx`. */
+FP4RL_API fp4rl_status fp4rl_matmul(fp4rl_tensor *c, fp4rl_context *ctx, const fp4rl_tensor *a, const fp4rl_tensor *b);
+
+/* Quantization error of `q` against its dense source `src` (same shape):
+ *   rel_mse        = sum (x - x')^2 / sum x^2 over finite blocks (0 when sum x^2 == 0)
+ *   underflow_frac = fraction of the non-zero finite inputs that became zero
+ *   saturated_frac = fraction of finite blocks (1D blocks, 2D tiles; HiF4: 64-element units) in
+ *                    which some element was clipped, i.e. |x| exceeds the largest magnitude its
+ *                    block and position can represent
+ *   nan_block_frac = fraction of blocks that are NaN because of a non-finite input
+ * Any output pointer may be NULL. */
+FP4RL_API fp4rl_status fp4rl_quant_error(const fp4rl_tensor *src, const fp4rl_tensor *q, double *rel_mse,
+                                         double *underflow_frac, double *saturated_frac, double *nan_block_frac);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FP4RL_H */

@@ -1,0 +1,127 @@
+/*
+ * internal.h - the structures behind the opaque handles, and the backend interface.
+ * Not installed; the ABI is abi/include/fp4rl/fp4rl.h.
+ */
+#ifndef FP4RL_INTERNAL_H
+#define FP4RL_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fp4rl/fp4rl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FP4RL_HIDDEN __attribute__((visibility("hidden")))
+
+/* ---- errors (core/error.c) ---- */
+/* Sets this thread's message and returns `s`. printf-style. */
+FP4RL_HIDDEN fp4rl_status fp4rl_fail(fp4rl_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Formats a shape as "[2, 3, 4]" into buf. */
+FP4RL_HIDDEN const char *fp4rl_shape_str(char *buf, size_t n, int ndim, const int64_t *dims);
+
+/* ---- the quantized-tensor description shared by backends ---- */
+typedef struct fp4rl_qdesc {
+    fp4rl_dtype dtype;   /* MXFP4, NVFP4, HIF4, MXFP8_E4M3 */
+    int64_t rows, cols;  /* the [R, C] view */
+    int tile;            /* 0 = 1D */
+    int block;           /* 1D block (32, 16, 64); for 2D the tile */
+    int64_t row_bytes;   /* bytes of codes per row */
+    int64_t scale_rows, scale_cols; /* the scale matrix */
+    int scale_elem_bytes;           /* 1, or 4 for HiF4 words */
+} fp4rl_qdesc;
+
+/* Fills a description; false when the byte sizes overflow. */
+FP4RL_HIDDEN bool fp4rl_qdesc_make(fp4rl_qdesc *d, fp4rl_dtype dtype, int64_t rows, int64_t cols, int tile);
+FP4RL_HIDDEN size_t fp4rl_qdesc_codes_bytes(const fp4rl_qdesc *d);
+FP4RL_HIDDEN size_t fp4rl_qdesc_scales_bytes(const fp4rl_qdesc *d);
+FP4RL_HIDDEN bool fp4rl_dtype_is_quantized(fp4rl_dtype t);
+FP4RL_HIDDEN bool fp4rl_dtype_is_dense(fp4rl_dtype t);
+FP4RL_HIDDEN size_t fp4rl_dtype_size(fp4rl_dtype t); /* dense element size */
+/* Which tiles a format can take (0 always). */
+FP4RL_HIDDEN bool fp4rl_tile_ok(fp4rl_dtype format, int64_t tile);
+
+/* The parameters of one quantization call, resolved from (format, policy, role, context). */
+typedef struct fp4rl_qparams {
+    fp4rl_dtype format;
+    int tile;
+    int truncation_free;
+    int stochastic;
+    uint64_t seed, offset;
+} fp4rl_qparams;
+
+struct fp4rl_tensor {
+    fp4rl_context *ctx;
+    fp4rl_dtype dtype;
+    int ndim;
+    int64_t dims[FP4RL_MAX_DIMS];
+    int64_t numel;
+    void *data;        /* dense elements, or packed codes; device memory of ctx */
+    size_t data_bytes;
+    void *scales;      /* quantized only */
+    size_t scales_bytes;
+    float tensor_scale;/* NVFP4's g; 1 otherwise */
+    fp4rl_qdesc q;     /* quantized only */
+};
+
+/* ---- the backend interface: what each device fills ----
+ * Memory functions work on device memory of the context. Every function returns a status and
+ * sets the message on failure. Arguments have been validated by core before the call. */
+typedef struct fp4rl_backend {
+    const char *name;
+    fp4rl_status (*alloc)(fp4rl_context *ctx, void **p, size_t bytes);
+    void (*free)(fp4rl_context *ctx, void *p);
+    fp4rl_status (*upload)(fp4rl_context *ctx, void *dst, const void *src, size_t bytes);
+    fp4rl_status (*download)(fp4rl_context *ctx, void *dst, const void *src, size_t bytes);
+    fp4rl_status (*memset0)(fp4rl_context *ctx, void *dst, size_t bytes);
+    /* q has its descriptor and storage set; src is dense F32/BF16 with numel == rows * cols. */
+    fp4rl_status (*quantize)(fp4rl_context *ctx, fp4rl_tensor *q, const fp4rl_tensor *src, const fp4rl_qparams *p);
+    /* out is dense F32/BF16 of q's shape. unscaled: skip NVFP4's g (for GEMM alpha). */
+    fp4rl_status (*dequantize)(fp4rl_context *ctx, fp4rl_tensor *out, const fp4rl_tensor *q, int unscaled);
+    /* out has the transposed descriptor / shape and storage set. */
+    fp4rl_status (*transpose)(fp4rl_context *ctx, fp4rl_tensor *out, const fp4rl_tensor *t);
+    /* c = alpha * a * b^T, a [M,K], b [N,K] both dense F32/BF16. */
+    fp4rl_status (*gemm_nt)(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b, float alpha);
+    void (*context_destroy)(fp4rl_context *ctx);
+} fp4rl_backend;
+
+struct fp4rl_context {
+    fp4rl_device device;
+    int ordinal;
+    uint64_t seed;
+    uint64_t rng_offset;
+    const fp4rl_backend *be;
+    void *impl;       /* backend state */
+    int poisoned;     /* a sticky device error happened: refuse further work */
+};
+
+FP4RL_HIDDEN extern const fp4rl_backend fp4rl_cpu_backend;
+#ifdef FP4RL_HAVE_CUDA
+/* Creates the CUDA state of ctx (ctx->impl) and sets ctx->be. */
+FP4RL_HIDDEN fp4rl_status fp4rl_cuda_context_init(fp4rl_context *ctx, int ordinal);
+#endif
+
+/* core/policy.c: the parameters of one quantize call from (policy or NULL, format, role, ctx). */
+FP4RL_HIDDEN fp4rl_status fp4rl_policy_resolve(const fp4rl_quant_policy *p, fp4rl_dtype format, fp4rl_role role,
+                                               const fp4rl_context *ctx, fp4rl_qparams *out, const char *fn);
+
+/* ---- core helpers (core/tensor.c) ---- */
+FP4RL_HIDDEN fp4rl_status fp4rl_check_ctx(const fp4rl_context *ctx, const char *fn);
+FP4RL_HIDDEN fp4rl_status fp4rl_check_tensor(const fp4rl_tensor *t, const char *fn, const char *what);
+/* Allocates a tensor shell and its storage (dense when dtype is dense; else codes + scales per q). */
+FP4RL_HIDDEN fp4rl_status fp4rl_tensor_alloc(fp4rl_tensor **out, fp4rl_context *ctx, fp4rl_dtype dtype, int ndim,
+                                             const int64_t *dims, const fp4rl_qdesc *q, const char *fn);
+/* The [R, C] view of a shape. */
+FP4RL_HIDDEN void fp4rl_rows_cols(int ndim, const int64_t *dims, int64_t *rows, int64_t *cols);
+/* Copies any tensor (dense or quantized) into a new tensor of the CPU context `host` (for reports). */
+FP4RL_HIDDEN fp4rl_status fp4rl_tensor_to_cpu(fp4rl_tensor **out, fp4rl_context *host, const fp4rl_tensor *t);
+/* Overflow-checked a * b into *r. */
+FP4RL_HIDDEN bool fp4rl_mul_ok(size_t a, size_t b, size_t *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
