@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Sets up and runs every test of fp4rl: the C suites (warnings as errors, CUDA code compiled when
+# a toolkit is present; GPU tests skip without a GPU), the same suites under AddressSanitizer and
+# UndefinedBehaviorSanitizer, and the Python checks against ml_dtypes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+jobs=$(nproc)
+
+echo "== build (warnings are errors) and C tests =="
+cmake -S . -B build/release -DFP4RL_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build/release -j"$jobs"
+ctest --test-dir build/release --output-on-failure -j"$jobs"
+
+echo "== C tests under ASan + UBSan =="
+cmake -S . -B build/asan -DFP4RL_WERROR=ON -DFP4RL_SANITIZE=ON -DFP4RL_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build build/asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build/asan --output-on-failure -j"$jobs"
+
+echo "== Python checks (ctypes + ml_dtypes) =="
+FP4RL_LIB="$PWD/build/release/libfp4rl.so" python3 -m pytest -q tests/python
