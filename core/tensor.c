@@ -267,6 +267,10 @@ fp4rl_status fp4rl_tensor_import_quantized(fp4rl_tensor **out, fp4rl_context *ct
         return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: a %s tensor of this shape with tile %d has %zu bytes of codes and %zu of scales; got %zu and %zu",
                           fn, fp4rl_dtype_name(dtype), tile, fp4rl_qdesc_codes_bytes(&d), fp4rl_qdesc_scales_bytes(&d), codes_bytes, scales_bytes);
     if (!padding_clean(&d, codes)) return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: a row's padding nibble is not zero", fn);
+    if (dtype == FP4RL_DTYPE_NVFP4) /* UE4M3 is unsigned: the top bit of a scale byte is never set */
+        for (size_t i = 0; i < scales_bytes; i++)
+            if (((const uint8_t *)scales)[i] & 0x80u)
+                return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: NVFP4 scale %zu is 0x%02X, not a UE4M3 code (0x00..0x7F)", fn, i, ((const uint8_t *)scales)[i]);
     if (dtype == FP4RL_DTYPE_NVFP4 ? !(tensor_scale > 0.0f && tensor_scale <= 3.4028235e38f) : tensor_scale != 1.0f)
         return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: tensor_scale %g is invalid (NVFP4: finite and > 0; other formats: 1.0)", fn, (double)tensor_scale);
     fp4rl_tensor *t;
