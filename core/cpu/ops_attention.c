@@ -1,0 +1,110 @@
+/* ops_attention.c - causal grouped-query attention with per-sequence lengths, FlashAttention's
+ * interface without its tiling: forward saves only the row log-sum-exp, backward recomputes the
+ * probabilities from q, k and lse. Plain loops, one query row at a time, so nothing is allocated
+ * and every sum runs in a fixed order (bit-reproducible). */
+#include <math.h>
+#include <string.h>
+
+#include "ops_cpu.h"
+
+static float dot(const float *a, const float *b, int64_t D)
+{
+    float s = 0.0f;
+    for (int64_t d = 0; d < D; d++) s += a[d] * b[d];
+    return s;
+}
+
+/* Valid tokens of sequence b. Clamped because lengths live in device memory the caller cannot
+ * cheaply check: a bad length must not read out of bounds. */
+static int64_t seq_len(const int32_t *lengths, int64_t b, int64_t T)
+{
+    if (!lengths) return T;
+    int64_t n = lengths[b];
+    return n < 0 ? 0 : (n > T ? T : n);
+}
+
+fp4rl_status fp4rl_cpu_attention_forward(fp4rl_context *ctx, float *out, float *lse, const float *q, const float *k,
+                                         const float *v, const int32_t *lengths, int64_t B, int64_t T, int64_t Hq,
+                                         int64_t Hkv, int64_t D)
+{
+    (void)ctx;
+    const int64_t group = Hq / Hkv; /* query heads per kv head */
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t len = seq_len(lengths, b, T);
+        for (int64_t t = 0; t < T; t++) {
+            for (int64_t h = 0; h < Hq; h++) {
+                float *o = out + ((b * T + t) * Hq + h) * D;
+                float *l_out = lse + (b * Hq + h) * T + t;
+                memset(o, 0, (size_t)D * sizeof(float));
+                if (t >= len) { /* padding: no output, no state */
+                    *l_out = 0.0f;
+                    continue;
+                }
+                const float *qt = q + ((b * T + t) * Hq + h) * D;
+                const int64_t kh = h / group;
+                /* pass 1: running max and sum of exponentials over the keys s <= t (online
+                 * softmax, so no row of scores has to be stored) */
+                float m = -INFINITY;
+                double sum = 0.0;
+                for (int64_t s = 0; s <= t; s++) {
+                    float x = scale * dot(qt, k + ((b * T + s) * Hkv + kh) * D, D);
+                    if (x > m) {
+                        sum = sum * exp((double)m - (double)x) + 1.0;
+                        m = x;
+                    } else {
+                        sum += exp((double)x - (double)m);
+                    }
+                }
+                const float row_lse = (float)((double)m + log(sum));
+                /* pass 2: out = sum_s p_s v_s with p_s = exp(x_s - lse), exactly as backward
+                 * recomputes it */
+                for (int64_t s = 0; s <= t; s++) {
+                    float p = expf(scale * dot(qt, k + ((b * T + s) * Hkv + kh) * D, D) - row_lse);
+                    const float *vs = v + ((b * T + s) * Hkv + kh) * D;
+                    for (int64_t d = 0; d < D; d++) o[d] += p * vs[d];
+                }
+                *l_out = row_lse;
+            }
+        }
+    }
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_cpu_attention_backward(fp4rl_context *ctx, float *dq, float *dk, float *dv, const float *dout,
+                                          const float *q, const float *k, const float *v, const float *out,
+                                          const float *lse, const int32_t *lengths, int64_t B, int64_t T, int64_t Hq,
+                                          int64_t Hkv, int64_t D)
+{
+    (void)ctx;
+    const int64_t group = Hq / Hkv;
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t len = seq_len(lengths, b, T);
+        for (int64_t t = 0; t < len; t++) { /* padded rows have no gradient to give */
+            for (int64_t h = 0; h < Hq; h++) {
+                const int64_t row = ((b * T + t) * Hq + h) * D;
+                const float *qt = q + row, *dout_t = dout + row;
+                float *dqt = dq + row;
+                const float row_lse = lse[(b * Hq + h) * T + t];
+                const int64_t kh = h / group;
+                /* softmax backward: dS_s = p_s (dP_s - sum_r p_r dP_r), and the sum equals
+                 * dout . out since out = sum_r p_r v_r and dP_r = dout . v_r */
+                const float delta = dot(dout_t, out + row, D);
+                for (int64_t s = 0; s <= t; s++) {
+                    const int64_t kv = ((b * T + s) * Hkv + kh) * D;
+                    const float *ks = k + kv, *vs = v + kv;
+                    float *dks = dk + kv, *dvs = dv + kv;
+                    float p = expf(scale * dot(qt, ks, D) - row_lse);
+                    float ds = p * (dot(dout_t, vs, D) - delta) * scale; /* through the 1/sqrt(D) too */
+                    for (int64_t d = 0; d < D; d++) {
+                        dqt[d] += ds * ks[d];
+                        dks[d] += ds * qt[d];
+                        dvs[d] += p * dout_t[d];
+                    }
+                }
+            }
+        }
+    }
+    return FP4RL_OK;
+}

@@ -1,0 +1,65 @@
+/* ops_cpu.h - the CPU backend's ops (core/cpu/ops_*.c), filled into fp4rl_cpu_ops; each is
+ * documented at its slot in core/ops.h. */
+#ifndef FP4RL_OPS_CPU_H
+#define FP4RL_OPS_CPU_H
+
+#include "ops.h"
+
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_embedding_forward(fp4rl_context *ctx, float *out, const int32_t *tokens,
+                                                      const float *wte, int64_t N, int64_t V, int64_t C);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_embedding_backward(fp4rl_context *ctx, float *dwte, const float *dout,
+                                                       const int32_t *tokens, int64_t N, int64_t V, int64_t C);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_rmsnorm_forward(fp4rl_context *ctx, float *out, float *rstd, const float *x,
+                                                    const float *weight, int64_t N, int64_t C, float eps);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_rmsnorm_backward(fp4rl_context *ctx, float *dx, float *dweight, const float *dout,
+                                                     const float *x, const float *weight, const float *rstd, int64_t N,
+                                                     int64_t C);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_linear_forward(fp4rl_context *ctx, float *y, const float *x, const float *w,
+                                                   const float *b, int64_t N, int64_t IN, int64_t OUT);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_linear_backward(fp4rl_context *ctx, float *dx, float *dw, float *db,
+                                                    const float *dy_dx, const float *w_dx, const float *dy_dw,
+                                                    const float *x_dw, const float *dy_db, int64_t N, int64_t IN,
+                                                    int64_t OUT);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_round_bf16(fp4rl_context *ctx, float *out, const float *x, int64_t n);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_rope_forward(fp4rl_context *ctx, float *out, const float *x,
+                                                 const int32_t *positions, int64_t N, int64_t H, int64_t D,
+                                                 float theta);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_rope_backward(fp4rl_context *ctx, float *dx, const float *dout,
+                                                  const int32_t *positions, int64_t N, int64_t H, int64_t D,
+                                                  float theta);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_attention_forward(fp4rl_context *ctx, float *out, float *lse, const float *q,
+                                                      const float *k, const float *v, const int32_t *lengths, int64_t B,
+                                                      int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_attention_backward(fp4rl_context *ctx, float *dq, float *dk, float *dv,
+                                                       const float *dout, const float *q, const float *k,
+                                                       const float *v, const float *out, const float *lse,
+                                                       const int32_t *lengths, int64_t B, int64_t T, int64_t Hq,
+                                                       int64_t Hkv, int64_t D);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_swiglu_forward(fp4rl_context *ctx, float *out, const float *gate, const float *up,
+                                                   int64_t n);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_swiglu_backward(fp4rl_context *ctx, float *dgate, float *dup, const float *dout,
+                                                    const float *gate, const float *up, int64_t n);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_residual_forward(fp4rl_context *ctx, float *out, const float *a, const float *b,
+                                                     int64_t n);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_residual_backward(fp4rl_context *ctx, float *da, float *db, const float *dout,
+                                                      int64_t n);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_logprobs_forward(fp4rl_context *ctx, float *logp, float *entropy, float *lse,
+                                                     const float *logits, const int32_t *targets, int64_t N, int64_t V);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_logprobs_backward(fp4rl_context *ctx, float *dlogits, const float *dlogp,
+                                                      const float *dentropy, const float *logits,
+                                                      const int32_t *targets, const float *lse, const float *entropy,
+                                                      int64_t N, int64_t V);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_cross_entropy_forward(fp4rl_context *ctx, float *loss, float *lse,
+                                                          const float *logits, const int32_t *targets,
+                                                          const float *mask, int64_t N, int64_t V);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_cross_entropy_backward(fp4rl_context *ctx, float *dlogits, const float *dloss,
+                                                           const float *logits, const int32_t *targets,
+                                                           const float *mask, const float *lse, int64_t N, int64_t V);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_adamw_update(fp4rl_context *ctx, float *params, const float *grads, float *m,
+                                                 float *v, int64_t n, double lr, double beta1, double beta2,
+                                                 double eps, double weight_decay, int64_t t);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_grad_norm(fp4rl_context *ctx, float *norm, const float *g, int64_t n);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_grad_clip(fp4rl_context *ctx, float *g, int64_t n, const float *norm,
+                                              float max_norm);
+
+#endif

@@ -1,0 +1,55 @@
+/* ops_rope.c - rotary position embeddings, HF Llama/Qwen2 "rotate_half" convention: dimension i
+ * pairs with i + D/2 (not with i + 1 as in the interleaved GPT-J form). */
+#include <math.h>
+
+#include "ops_cpu.h"
+
+/* cos and sin of position `pos` at frequency index i, in binary32 like HF's Qwen2RotaryEmbedding
+ * (inv_freq = 1 / theta^(2i/D), then pos * inv_freq, then cos/sin), so pretrained weights see the
+ * angles they were trained with. */
+static void rope_angle(int32_t pos, int64_t i, int64_t D, float theta, float *c, float *s)
+{
+    float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)D);
+    float a = (float)pos * inv_freq;
+    *c = cosf(a);
+    *s = sinf(a);
+}
+
+/* Rotates every head of every token by +angle (sign 1) or -angle (sign -1, the inverse = R^T).
+ * Each pair is read before it is written, so out may equal x. */
+static void rope_rotate(float *out, const float *x, const int32_t *positions, int64_t N, int64_t H, int64_t D,
+                        float theta, float sign)
+{
+    int64_t half = D / 2;
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t i = 0; i < half; i++) {
+            float c, s;
+            rope_angle(positions[n], i, D, theta, &c, &s);
+            s *= sign;
+            for (int64_t h = 0; h < H; h++) {
+                const float *xh = x + (n * H + h) * D;
+                float *oh = out + (n * H + h) * D;
+                float x1 = xh[i], x2 = xh[i + half];
+                oh[i] = x1 * c - x2 * s;
+                oh[i + half] = x2 * c + x1 * s;
+            }
+        }
+    }
+}
+
+fp4rl_status fp4rl_cpu_rope_forward(fp4rl_context *ctx, float *out, const float *x, const int32_t *positions, int64_t N,
+                                    int64_t H, int64_t D, float theta)
+{
+    (void)ctx;
+    rope_rotate(out, x, positions, N, H, D, theta, 1.0f);
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_cpu_rope_backward(fp4rl_context *ctx, float *dx, const float *dout, const int32_t *positions,
+                                     int64_t N, int64_t H, int64_t D, float theta)
+{
+    (void)ctx;
+    /* the Jacobian is the rotation R itself, so dx = R^T dout: the same rotation, angle negated */
+    rope_rotate(dx, dout, positions, N, H, D, theta, -1.0f);
+    return FP4RL_OK;
+}

@@ -1,0 +1,152 @@
+/*
+ * ops.h - the backend op table: the transformer layers (a Qwen2-architecture decoder) forward and
+ * backward, plus the optimizer, written against raw buffers of the backend's device memory.
+ *
+ * The model and the RL session call only this table, so the CPU backend (core/cpu/ops_*.c) and
+ * a CUDA backend fill the same slots. Not installed; nothing here is ABI.
+ *
+ * Conventions (every op):
+ *  - Pointers are device memory of the context: float * for activations, parameters and
+ *    gradients, int32_t * for token ids, positions and lengths. Dims are host int64_t.
+ *    Everything is dense row-major; N is a number of token rows.
+ *  - Scalars that are hyper-parameters (eps, lr, theta) come from the host; anything computed
+ *    from device data (a loss, a norm) is written to a device buffer, never returned, so a
+ *    backend never has to synchronize inside an op.
+ *  - Arguments have been validated by the caller (non-NULL where not marked optional, dims > 0,
+ *    GEMM dims within the BLAS int range). Outputs do not alias inputs unless said so.
+ *  - Backward ops ACCUMULATE (+=) into every gradient they produce, activations and parameters
+ *    alike (the llm.c rule: the caller zeroes gradient buffers once, and branches that meet,
+ *    like a residual or tied embeddings, just add). The one exception is RoPE, whose backward
+ *    overwrites so it can run in place (see there).
+ *  - A gradient pointer marked optional may be NULL: that gradient is not computed.
+ *  - Each returns FP4RL_OK, or a status with the message set (a device error on CUDA). The CPU
+ *    ops allocate nothing and cannot fail.
+ *  - Padding: a target id < 0 or >= V is "ignored" (HF's -100); a token id outside [0, V) of an
+ *    embedding reads as a zero row. Neither reads out of bounds.
+ */
+#ifndef FP4RL_OPS_H
+#define FP4RL_OPS_H
+
+#include <stdint.h>
+
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fp4rl_ops {
+    const char *name;
+
+    /* ---- embedding: wte [V, C] -------------------------------------------------------------
+     * out[n, :] = wte[tokens[n], :]                                     out [N, C]
+     * dwte[tokens[n], :] += dout[n, :]           (rows repeat: a scatter-add) */
+    fp4rl_status (*embedding_forward)(fp4rl_context *ctx, float *out, const int32_t *tokens, const float *wte,
+                                      int64_t N, int64_t V, int64_t C);
+    fp4rl_status (*embedding_backward)(fp4rl_context *ctx, float *dwte, const float *dout, const int32_t *tokens,
+                                       int64_t N, int64_t V, int64_t C);
+
+    /* ---- RMSNorm over the last dim C (Qwen2: eps = config rms_norm_eps, 1e-6) ---------------
+     * rstd[n] = 1 / sqrt(mean(x[n, :]^2) + eps); out = (x * rstd) * weight. rstd [N] is saved.
+     * Backward: dx += ..., dweight += ... (dweight optional). */
+    fp4rl_status (*rmsnorm_forward)(fp4rl_context *ctx, float *out, float *rstd, const float *x, const float *weight,
+                                    int64_t N, int64_t C, float eps);
+    fp4rl_status (*rmsnorm_backward)(fp4rl_context *ctx, float *dx, float *dweight, const float *dout, const float *x,
+                                     const float *weight, const float *rstd, int64_t N, int64_t C);
+
+    /* ---- linear, FP32 GEMMs: x [N, IN], w [OUT, IN] (HF layout), b [OUT] or NULL ------------
+     * Forward: y = x w^T + b                                            y [N, OUT]
+     * Backward, each GEMM with its own operands so a quantized mode can pass copies quantized
+     * (then dequantized) along that GEMM's contraction axis; FP32 mode passes the same pointers:
+     *   dx += dy_dx w_dx        (contracts over OUT)   dx optional
+     *   dw += dy_dw^T x_dw      (contracts over N)     dw optional
+     *   db += sum_n dy_db[n, :] (full-precision dy)    db optional (no bias) */
+    fp4rl_status (*linear_forward)(fp4rl_context *ctx, float *y, const float *x, const float *w, const float *b,
+                                   int64_t N, int64_t IN, int64_t OUT);
+    fp4rl_status (*linear_backward)(fp4rl_context *ctx, float *dx, float *dw, float *db,
+                                    const float *dy_dx, const float *w_dx,
+                                    const float *dy_dw, const float *x_dw,
+                                    const float *dy_db, int64_t N, int64_t IN, int64_t OUT);
+    /* out[i] = round_to_bf16(x[i]) (nearest-even; the BF16 training mode's GEMM operands).
+     * out may equal x. */
+    fp4rl_status (*round_bf16)(fp4rl_context *ctx, float *out, const float *x, int64_t n);
+
+    /* ---- rotary embeddings, HF "rotate_half" convention, on x [N, H, D], D even --------------
+     * For i < D/2: inv_freq_i = theta^(-2i/D), a = positions[n] * inv_freq_i (binary32, as HF),
+     *   out[i]       = x[i] cos a - x[i + D/2] sin a
+     *   out[i + D/2] = x[i + D/2] cos a + x[i] sin a
+     * A rotation, so backward is the inverse rotation and OVERWRITES: dx = R^T dout. Both may
+     * run in place (out == x, dx == dout). */
+    fp4rl_status (*rope_forward)(fp4rl_context *ctx, float *out, const float *x, const int32_t *positions,
+                                 int64_t N, int64_t H, int64_t D, float theta);
+    fp4rl_status (*rope_backward)(fp4rl_context *ctx, float *dx, const float *dout, const int32_t *positions,
+                                  int64_t N, int64_t H, int64_t D, float theta);
+
+    /* ---- causal grouped-query attention --------------------------------------------------
+     * q, out [B, T, Hq, D]; k, v [B, T, Hkv, D]; Hq % Hkv == 0, query head h reads kv head
+     * h / (Hq / Hkv) (HF repeat_kv). lengths [B] (optional, NULL = all T): sequence b holds
+     * tokens 0..lengths[b]-1 (right padding; clamped to [0, T]); later tokens are ignored:
+     * they are never keys, their out rows are 0, their lse is 0 and they get no gradient.
+     * out[t] = sum_{s <= t} softmax_s(q[t].k[s] / sqrt(D)) v[s], in FP32.
+     * lse [B, Hq, T] (the row log-sum-exp of the scaled scores) is saved for backward, which
+     * recomputes the probabilities (the FlashAttention interface: backward also takes out).
+     * Backward: dq, dk, dv += ... (all required). */
+    fp4rl_status (*attention_forward)(fp4rl_context *ctx, float *out, float *lse, const float *q, const float *k,
+                                      const float *v, const int32_t *lengths, int64_t B, int64_t T, int64_t Hq,
+                                      int64_t Hkv, int64_t D);
+    fp4rl_status (*attention_backward)(fp4rl_context *ctx, float *dq, float *dk, float *dv, const float *dout,
+                                       const float *q, const float *k, const float *v, const float *out,
+                                       const float *lse, const int32_t *lengths, int64_t B, int64_t T, int64_t Hq,
+                                       int64_t Hkv, int64_t D);
+
+    /* ---- SwiGLU, elementwise over n: out = silu(gate) * up, silu(g) = g * sigmoid(g) -------- */
+    fp4rl_status (*swiglu_forward)(fp4rl_context *ctx, float *out, const float *gate, const float *up, int64_t n);
+    fp4rl_status (*swiglu_backward)(fp4rl_context *ctx, float *dgate, float *dup, const float *dout, const float *gate,
+                                    const float *up, int64_t n);
+
+    /* ---- residual: out = a + b; backward da += dout, db += dout ----------------------------- */
+    fp4rl_status (*residual_forward)(fp4rl_context *ctx, float *out, const float *a, const float *b, int64_t n);
+    fp4rl_status (*residual_backward)(fp4rl_context *ctx, float *da, float *db, const float *dout, int64_t n);
+
+    /* ---- token log-probs: logits [N, V], targets [N] -------------------------------------
+     * lse[n] = logsumexp(logits[n, :]) (saved);
+     * logp[n] = logits[n, targets[n]] - lse[n], 0 for an ignored target;
+     * entropy[n] = -sum_v p_v log p_v (optional; computed for every row).
+     * Backward: dlogits[n, :] += dlogp[n] (onehot(target) - p) + dentropy[n] (-p (log p + H)),
+     * either upstream gradient optional; `entropy` is required when dentropy is given. */
+    fp4rl_status (*logprobs_forward)(fp4rl_context *ctx, float *logp, float *entropy, float *lse, const float *logits,
+                                     const int32_t *targets, int64_t N, int64_t V);
+    fp4rl_status (*logprobs_backward)(fp4rl_context *ctx, float *dlogits, const float *dlogp, const float *dentropy,
+                                      const float *logits, const int32_t *targets, const float *lse,
+                                      const float *entropy, int64_t N, int64_t V);
+
+    /* ---- masked cross-entropy ----------------------------------------------------------
+     * loss[0] = sum_n m_n (lse_n - logits[n, t_n]) / sum_n m_n, with m_n = mask[n] (optional,
+     * NULL = 1) and m_n = 0 for an ignored target; 0 when no row counts. lse [N] is saved.
+     * Backward: dlogits[n, :] += dloss[0] m_n / sum m (p - onehot(t_n)). */
+    fp4rl_status (*cross_entropy_forward)(fp4rl_context *ctx, float *loss, float *lse, const float *logits,
+                                          const int32_t *targets, const float *mask, int64_t N, int64_t V);
+    fp4rl_status (*cross_entropy_backward)(fp4rl_context *ctx, float *dlogits, const float *dloss, const float *logits,
+                                           const int32_t *targets, const float *mask, const float *lse, int64_t N,
+                                           int64_t V);
+
+    /* ---- optimizer -----------------------------------------------------------------------
+     * AdamW on FP32 master weights, PyTorch semantics (decoupled decay, bias correction at step
+     * t >= 1): p -= lr wd p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). The hyper-parameters are
+     * double, like PyTorch's Python floats, so 1 - beta1 is formed before rounding to binary32. */
+    fp4rl_status (*adamw_update)(fp4rl_context *ctx, float *params, const float *grads, float *m, float *v, int64_t n,
+                                 double lr, double beta1, double beta2, double eps, double weight_decay, int64_t t);
+    /* norm[0] = sqrt(sum g^2) over one contiguous gradient buffer (keep all gradients in one
+     * allocation, as llm.c does, to get the global norm). */
+    fp4rl_status (*grad_norm)(fp4rl_context *ctx, float *norm, const float *g, int64_t n);
+    /* g *= min(1, max_norm / (norm[0] + 1e-6)) (PyTorch clip_grad_norm_), norm read on device. */
+    fp4rl_status (*grad_clip)(fp4rl_context *ctx, float *g, int64_t n, const float *norm, float max_norm);
+} fp4rl_ops;
+
+FP4RL_HIDDEN extern const fp4rl_ops fp4rl_cpu_ops;
+
+#ifdef __cplusplus
+}
+#endif
+#endif
