@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "ops.h"
 
 fp4rl_status fp4rl_context_create(fp4rl_context **out, fp4rl_device device, int ordinal)
 {
@@ -20,6 +21,7 @@ fp4rl_status fp4rl_context_create(fp4rl_context **out, fp4rl_device device, int 
     ctx->device = device;
     ctx->ordinal = ordinal;
     ctx->be = &fp4rl_cpu_backend;
+    ctx->ops = device == FP4RL_DEVICE_CPU ? &fp4rl_cpu_ops : NULL;
 #ifdef FP4RL_HAVE_CUDA
     if (device == FP4RL_DEVICE_CUDA) {
         fp4rl_status st = fp4rl_cuda_context_init(ctx, ordinal);

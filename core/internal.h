@@ -86,6 +86,10 @@ typedef struct fp4rl_backend {
     /* c = alpha * a * b^T, a [M,K], b [N,K] both dense F32/BF16. */
     fp4rl_status (*gemm_nt)(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b, float alpha);
     void (*context_destroy)(fp4rl_context *ctx);
+    /* Optional; NULL means core dequantizes quantized operands to F32 and calls gemm_nt. A backend
+     * with faster paths for quantized operands (fused kernels, exact BF16 dequantization) sets it:
+     * c = a * b^T for operands core has validated, with the semantics of fp4rl_matmul. */
+    fp4rl_status (*matmul)(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b);
 } fp4rl_backend;
 
 struct fp4rl_context {
@@ -94,6 +98,7 @@ struct fp4rl_context {
     uint64_t seed;
     uint64_t rng_offset;
     const fp4rl_backend *be;
+    const struct fp4rl_ops *ops; /* the transformer op table (core/ops.h); NULL where not implemented yet */
     void *impl;       /* backend state */
     int poisoned;     /* a sticky device error happened: refuse further work */
 };
@@ -107,6 +112,10 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cuda_context_init(fp4rl_context *ctx, int ordina
 /* core/policy.c: the parameters of one quantize call from (policy or NULL, format, role, ctx). */
 FP4RL_HIDDEN fp4rl_status fp4rl_policy_resolve(const fp4rl_quant_policy *p, fp4rl_dtype format, fp4rl_role role,
                                                const fp4rl_context *ctx, fp4rl_qparams *out, const char *fn);
+
+/* A parameter's value (param in range), and a new copy of a policy (src NULL = defaults). */
+FP4RL_HIDDEN int64_t fp4rl_policy_value(const fp4rl_quant_policy *p, fp4rl_qparam param);
+FP4RL_HIDDEN fp4rl_status fp4rl_policy_copy(fp4rl_quant_policy **out, const fp4rl_quant_policy *src);
 
 /* ---- core helpers (core/tensor.c) ---- */
 FP4RL_HIDDEN fp4rl_status fp4rl_check_ctx(const fp4rl_context *ctx, const char *fn);

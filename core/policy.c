@@ -111,12 +111,12 @@ fp4rl_status fp4rl_quant_policy_set(fp4rl_quant_policy *p, fp4rl_qparam param, i
             return bad(param, value, "-1 (as the other linears), FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_NVFP4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP8_E4M3");
         break;
     case FP4RL_QP_TRAIN_NUMERICS:
-        if (value != FP4RL_NUMERICS_BF16 && value != FP4RL_NUMERICS_FP4)
-            return bad(param, value, "FP4RL_NUMERICS_BF16 (0), FP4RL_NUMERICS_FP4 (1)");
+        if (value != FP4RL_NUMERICS_BF16 && value != FP4RL_NUMERICS_FP4 && value != FP4RL_NUMERICS_FP32)
+            return bad(param, value, "FP4RL_NUMERICS_BF16 (0), FP4RL_NUMERICS_FP4 (1), FP4RL_NUMERICS_FP32 (5)");
         break;
     case FP4RL_QP_ROLLOUT_NUMERICS:
-        if (value != FP4RL_NUMERICS_BF16 && !(value >= FP4RL_NUMERICS_W4A16 && value <= FP4RL_NUMERICS_W4A4))
-            return bad(param, value, "FP4RL_NUMERICS_BF16 (0), FP4RL_NUMERICS_W4A16 (2), FP4RL_NUMERICS_W16A4 (3), FP4RL_NUMERICS_W4A4 (4)");
+        if (value != FP4RL_NUMERICS_BF16 && value != FP4RL_NUMERICS_FP32 && !(value >= FP4RL_NUMERICS_W4A16 && value <= FP4RL_NUMERICS_W4A4))
+            return bad(param, value, "FP4RL_NUMERICS_BF16 (0), FP4RL_NUMERICS_W4A16 (2), FP4RL_NUMERICS_W16A4 (3), FP4RL_NUMERICS_W4A4 (4), FP4RL_NUMERICS_FP32 (5)");
         break;
     case FP4RL_QP_RESQ:
         if (value < FP4RL_RESQ_OFF || value > FP4RL_RESQ_BLOCK_50)
@@ -157,6 +157,15 @@ fp4rl_status fp4rl_quant_policy_apply_preset(fp4rl_quant_policy *p, fp4rl_preset
         p->v[FP4RL_QP_RESQ] = FP4RL_RESQ_2_4;
     }
     return FP4RL_OK;
+}
+
+int64_t fp4rl_policy_value(const fp4rl_quant_policy *p, fp4rl_qparam param) { return p->v[param]; }
+
+fp4rl_status fp4rl_policy_copy(fp4rl_quant_policy **out, const fp4rl_quant_policy *src)
+{
+    fp4rl_status st = fp4rl_quant_policy_create(out);
+    if (!st && src) **out = *src;
+    return st;
 }
 
 /* Resolves the parameters of one quantize call (used by core/quant.c). */

@@ -193,7 +193,8 @@ typedef enum fp4rl_numerics {
     FP4RL_NUMERICS_FP4 = 1,           /* training: W, X and dY quantized per the policy (= W4A4) */
     FP4RL_NUMERICS_W4A16 = 2,         /* rollout: weights FP4, activations BF16 */
     FP4RL_NUMERICS_W16A4 = 3,         /* rollout: weights BF16, activations FP4 */
-    FP4RL_NUMERICS_W4A4 = 4           /* rollout: both FP4 */
+    FP4RL_NUMERICS_W4A4 = 4,          /* rollout: both FP4 */
+    FP4RL_NUMERICS_FP32 = 5           /* no rounding at all: FP32 GEMM operands (reference checks) */
 } fp4rl_numerics;
 
 typedef enum fp4rl_resq {
@@ -224,8 +225,8 @@ typedef enum fp4rl_qparam {
     FP4RL_QP_FORMAT_GRADIENT = 10,
     /* Format of q_proj and k_proj: -1 (default) = the same as the other linears; or a format. */
     FP4RL_QP_FORMAT_QK = 11,
-    /* fp4rl_numerics of training (BF16 or FP4; default FP4) and of the rollout (BF16, W4A16, W16A4,
-     * W4A4; default W4A4). */
+    /* fp4rl_numerics of training (FP32, BF16 or FP4; default FP4) and of the rollout (FP32, BF16,
+     * W4A16, W16A4, W4A4; default W4A4). */
     FP4RL_QP_TRAIN_NUMERICS = 12,
     FP4RL_QP_ROLLOUT_NUMERICS = 13,
     /* Rollout-ResQ pattern (fp4rl_resq), rollout only. Default off. */
@@ -293,6 +294,86 @@ FP4RL_API fp4rl_status fp4rl_matmul(fp4rl_tensor *c, fp4rl_context *ctx, const f
  * Any output pointer may be NULL. */
 FP4RL_API fp4rl_status fp4rl_quant_error(const fp4rl_tensor *src, const fp4rl_tensor *q, double *rel_mse,
                                          double *underflow_frac, double *saturated_frac, double *nan_block_frac);
+
+/* ---------------------------------------------------------------------------------------------
+ * The policy model: a Qwen2-architecture decoder (HF Qwen2ForCausalLM), FP32 master weights,
+ * forward and backward in the numerics of its quantization policy (FP4RL_QP_TRAIN_NUMERICS):
+ * every linear layer inside the transformer blocks runs its three GEMMs (forward, input gradient,
+ * weight gradient) on operands quantized per the policy; embeddings, the LM head, norms, softmax
+ * and attention stay FP32 (BF16-rounded GEMM operands in the BF16 and FP4 modes).
+ *
+ * Batches are `batch` sequences of `seq_len` token ids, row-major [batch, seq_len], right-padded:
+ * sequence b holds lengths[b] tokens (1 <= lengths[b] <= seq_len; lengths NULL = all seq_len).
+ * Position t of a sequence predicts its token t + 1.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct fp4rl_model fp4rl_model;
+
+/* Creates a model from the text of an HF config.json of the Qwen2 architecture (vocab_size,
+ * hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
+ * rope_theta (or rope_parameters.rope_theta), rms_norm_eps, max_position_embeddings,
+ * tie_word_embeddings), with weights initialised randomly from `seed` as HF does (normal(0, 0.02)
+ * for linears and embeddings, zero biases, unit norms). The policy is copied (NULL = defaults).
+ * A malformed config is FP4RL_ERR_CORRUPT naming the field; another architecture is
+ * FP4RL_ERR_UNSUPPORTED. */
+FP4RL_API fp4rl_status fp4rl_model_create(fp4rl_model **out, fp4rl_context *ctx, const char *config_json,
+                                          const fp4rl_quant_policy *policy, uint64_t seed);
+FP4RL_API void fp4rl_model_destroy(fp4rl_model *m);
+/* Loads every weight from a safetensors file with HF tensor names (F32, BF16 or F16). A missing
+ * or mis-shaped tensor is FP4RL_ERR_CORRUPT naming it; a malformed file FP4RL_ERR_CORRUPT; an
+ * unreadable one FP4RL_ERR_IO. On failure the model's weights are unchanged. The optimizer state
+ * is reset. */
+FP4RL_API fp4rl_status fp4rl_model_load(fp4rl_model *m, const char *safetensors_path);
+/* Saves the weights with HF names as F32 or BF16 (`dtype`), atomically (a temporary file, fsync,
+ * rename): a failure never destroys an existing file. */
+FP4RL_API fp4rl_status fp4rl_model_save(const fp4rl_model *m, const char *safetensors_path, fp4rl_dtype dtype);
+/* Replaces the model's policy with a copy of `policy`. */
+FP4RL_API fp4rl_status fp4rl_model_set_policy(fp4rl_model *m, const fp4rl_quant_policy *policy);
+
+/* Optimizer and training hyper-parameters, with their defaults. */
+typedef enum fp4rl_mparam {
+    FP4RL_MP_LR = 0,             /* AdamW learning rate, > 0; default 1e-4 */
+    FP4RL_MP_WEIGHT_DECAY = 1,   /* decoupled weight decay, >= 0; default 0 */
+    FP4RL_MP_BETA1 = 2,          /* [0, 1); default 0.9 */
+    FP4RL_MP_BETA2 = 3,          /* [0, 1); default 0.999 */
+    FP4RL_MP_ADAM_EPS = 4,       /* > 0; default 1e-8 */
+    FP4RL_MP_GRAD_CLIP = 5       /* clip the global gradient norm to this; 0 = off (default) */
+} fp4rl_mparam;
+#define FP4RL_MP_COUNT 6
+FP4RL_API fp4rl_status fp4rl_model_set_hparam(fp4rl_model *m, fp4rl_mparam param, double value);
+FP4RL_API fp4rl_status fp4rl_model_get_hparam(const fp4rl_model *m, fp4rl_mparam param, double *value);
+
+/* Sizes of the model. */
+typedef enum fp4rl_model_info {
+    FP4RL_MI_VOCAB_SIZE = 0, FP4RL_MI_HIDDEN_SIZE = 1, FP4RL_MI_INTERMEDIATE_SIZE = 2, FP4RL_MI_NUM_LAYERS = 3,
+    FP4RL_MI_NUM_HEADS = 4, FP4RL_MI_NUM_KV_HEADS = 5, FP4RL_MI_HEAD_DIM = 6, FP4RL_MI_MAX_POSITIONS = 7,
+    FP4RL_MI_TIED_EMBEDDINGS = 8, FP4RL_MI_NUM_PARAMETERS = 9, FP4RL_MI_STEP = 10
+} fp4rl_model_info;
+FP4RL_API fp4rl_status fp4rl_model_get_info(const fp4rl_model *m, fp4rl_model_info key, int64_t *value);
+
+/* Logits of every position: logits [batch, seq_len, vocab] (F32; 0 past a sequence's length). */
+FP4RL_API fp4rl_status fp4rl_model_logits(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, int64_t batch,
+                                          int64_t seq_len, float *logits, size_t logits_bytes);
+/* Token log-probs: logprobs [batch, seq_len] with logprobs[b, t] = log p(tokens[b, t] | tokens[b, <t])
+ * for 1 <= t < lengths[b], and 0 at t = 0 and past the length. */
+FP4RL_API fp4rl_status fp4rl_model_token_logprobs(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths,
+                                                  int64_t batch, int64_t seq_len, float *logprobs, size_t logprobs_bytes);
+/* Forward and backward of the next-token loss: mean over the counted targets of -log p(target),
+ * where target (b, t), 1 <= t < lengths[b], counts with weight loss_mask[b, t] ([batch, seq_len],
+ * NULL = 1). Leaves the gradients in the model (fp4rl_model_get_grad) without updating. */
+FP4RL_API fp4rl_status fp4rl_model_compute_gradients(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths,
+                                                     const float *loss_mask, int64_t batch, int64_t seq_len,
+                                                     double *loss);
+/* One supervised step: fp4rl_model_compute_gradients, global-norm clipping (FP4RL_MP_GRAD_CLIP),
+ * AdamW. Outputs the loss and the gradient norm before clipping (either may be NULL). */
+FP4RL_API fp4rl_status fp4rl_model_train_step(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths,
+                                              const float *loss_mask, int64_t batch, int64_t seq_len, double *loss,
+                                              double *grad_norm);
+/* Shape of the parameter with HF name `name` (ndim 1 or 2; dims holds 2). */
+FP4RL_API fp4rl_status fp4rl_model_param_shape(const fp4rl_model *m, const char *name, int *ndim, int64_t *dims);
+/* Copy a parameter, or its gradient from the last backward, to host F32 memory; or set a parameter. */
+FP4RL_API fp4rl_status fp4rl_model_get_param(const fp4rl_model *m, const char *name, float *dst, size_t dst_bytes);
+FP4RL_API fp4rl_status fp4rl_model_get_grad(const fp4rl_model *m, const char *name, float *dst, size_t dst_bytes);
+FP4RL_API fp4rl_status fp4rl_model_set_param(fp4rl_model *m, const char *name, const float *src, size_t src_bytes);
 
 #ifdef __cplusplus
 }

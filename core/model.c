@@ -1,0 +1,364 @@
+/* model.c - fp4rl_model: creation from an HF config, parameters, weights I/O, AdamW steps. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats.h"
+#include "model.h"
+#include "safetensors.h"
+
+static const char *const layer_names[FP4RL_LP_COUNT] = {
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight",
+    "self_attn.k_proj.bias", "self_attn.v_proj.weight", "self_attn.v_proj.bias", "self_attn.o_proj.weight",
+    "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+};
+
+static void add_param(fp4rl_model *m, const char *name, int64_t d0, int64_t d1)
+{
+    fp4rl_param *p = &m->params[m->n_params++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = d1 ? 2 : 1;
+    p->dims[0] = d0;
+    p->dims[1] = d1;
+    p->numel = d1 ? d0 * d1 : d0;
+    p->offset = m->total;
+    p->is_norm = strstr(name, "norm") != NULL;
+    p->is_bias = strstr(name, ".bias") != NULL;
+    m->total += p->numel;
+}
+
+static void layout_params(fp4rl_model *m)
+{
+    const fp4rl_hf_config *c = &m->cfg;
+    const int64_t C = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
+    const int64_t q = c->num_attention_heads * D, kv = c->num_key_value_heads * D;
+    char name[96];
+    add_param(m, "model.embed_tokens.weight", c->vocab_size, C);
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        const int64_t shapes[FP4RL_LP_COUNT][2] = {{C, 0}, {q, C}, {q, 0}, {kv, C}, {kv, 0}, {kv, C}, {kv, 0},
+                                                   {C, q}, {C, 0}, {I, C}, {I, C}, {C, I}};
+        for (int k = 0; k < FP4RL_LP_COUNT; k++) {
+            snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, layer_names[k]);
+            add_param(m, name, shapes[k][0], shapes[k][1]);
+        }
+    }
+    add_param(m, "model.norm.weight", C, 0);
+    if (!c->tie_word_embeddings) add_param(m, "lm_head.weight", c->vocab_size, C);
+}
+
+/* HF's init: normal(0, 0.02) for weights, zero biases, unit norms; from a Philox stream on the
+ * host, so every backend starts from the same bits. */
+static void init_params(const fp4rl_model *m, float *w, uint64_t seed)
+{
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    for (int i = 0; i < m->n_params; i++) {
+        const fp4rl_param *p = &m->params[i];
+        for (int64_t j = 0; j < p->numel; j += 2) {
+            float *dst = w + p->offset + j;
+            if (p->is_norm || p->is_bias) {
+                dst[0] = p->is_norm ? 1.0f : 0.0f;
+                if (j + 1 < p->numel) dst[1] = dst[0];
+                continue;
+            }
+            const uint64_t c = (uint64_t)(p->offset + j) >> 1;
+            const uint32_t ctr[4] = {(uint32_t)c, (uint32_t)(c >> 32), 0x6d6f64u /* "mod" */, 0};
+            uint32_t o[4];
+            fp4rl_philox4x32_10(ctr, key, o);
+            const double u1 = ((double)o[0] + 1.0) * 0x1p-32, u2 = (double)o[1] * 0x1p-32;
+            const double r = sqrt(-2.0 * log(u1));
+            dst[0] = (float)(0.02 * r * cos(6.283185307179586 * u2));
+            if (j + 1 < p->numel) dst[1] = (float)(0.02 * r * sin(6.283185307179586 * u2));
+        }
+    }
+}
+
+static const double hp_defaults[FP4RL_MP_COUNT] = {1e-4, 0.0, 0.9, 0.999, 1e-8, 0.0};
+
+void fp4rl_model_destroy(fp4rl_model *m)
+{
+    if (!m) return;
+    fp4rl_context *ctx = m->ctx;
+    float *bufs[5] = {m->w, m->g, m->adam_m, m->adam_v, m->scalar};
+    for (int i = 0; i < 5; i++)
+        if (bufs[i]) ctx->be->free(ctx, bufs[i]);
+    fp4rl_quant_policy_destroy(m->policy);
+    free(m->params);
+    free(m);
+}
+
+fp4rl_status fp4rl_model_create(fp4rl_model **out, fp4rl_context *ctx, const char *config_json,
+                                const fp4rl_quant_policy *policy, uint64_t seed)
+{
+    const char *fn = "fp4rl_model_create";
+    if (!out) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    fp4rl_status st = fp4rl_check_ctx(ctx, fn);
+    if (st) return st;
+    if (!config_json) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: config_json is NULL", fn);
+    if (!ctx->ops)
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "%s: the %s backend has no transformer op table yet; use a CPU context for the model",
+                          fn, ctx->be->name);
+    fp4rl_model *m = calloc(1, sizeof *m);
+    if (!m) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    m->ctx = ctx;
+    m->ops = ctx->ops;
+    memcpy(m->hp, hp_defaults, sizeof m->hp);
+    st = fp4rl_hf_config_parse(&m->cfg, config_json, strlen(config_json));
+    if (!st) st = fp4rl_policy_copy(&m->policy, policy);
+    if (!st) {
+        m->params = calloc((size_t)(3 + m->cfg.num_hidden_layers * FP4RL_LP_COUNT), sizeof *m->params);
+        if (!m->params) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    if (st) {
+        fp4rl_model_destroy(m);
+        return st;
+    }
+    layout_params(m);
+    const size_t bytes = (size_t)m->total * sizeof(float);
+    float *host = malloc(bytes);
+    if (!host) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory for %zu bytes of weights", fn, bytes);
+    if (!st) st = ctx->be->alloc(ctx, (void **)&m->w, bytes);
+    if (!st) st = ctx->be->alloc(ctx, (void **)&m->g, bytes);
+    if (!st) st = ctx->be->alloc(ctx, (void **)&m->adam_m, bytes);
+    if (!st) st = ctx->be->alloc(ctx, (void **)&m->adam_v, bytes);
+    if (!st) st = ctx->be->alloc(ctx, (void **)&m->scalar, 4 * sizeof(float));
+    if (!st) {
+        init_params(m, host, seed);
+        st = ctx->be->upload(ctx, m->w, host, bytes);
+    }
+    if (!st) st = ctx->be->memset0(ctx, m->g, bytes);
+    if (!st) st = ctx->be->memset0(ctx, m->adam_m, bytes);
+    if (!st) st = ctx->be->memset0(ctx, m->adam_v, bytes);
+    free(host);
+    if (st) {
+        fp4rl_model_destroy(m);
+        return st;
+    }
+    *out = m;
+    return FP4RL_OK;
+}
+
+static fp4rl_status check_model(const fp4rl_model *m, const char *fn)
+{
+    if (!m) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: model is NULL", fn);
+    return fp4rl_check_ctx(m->ctx, fn);
+}
+
+fp4rl_status fp4rl_model_set_policy(fp4rl_model *m, const fp4rl_quant_policy *policy)
+{
+    fp4rl_status st = check_model(m, "fp4rl_model_set_policy");
+    if (st) return st;
+    fp4rl_quant_policy *p;
+    st = fp4rl_policy_copy(&p, policy);
+    if (st) return st;
+    fp4rl_quant_policy_destroy(m->policy);
+    m->policy = p;
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_model_set_hparam(fp4rl_model *m, fp4rl_mparam param, double v)
+{
+    const char *fn = "fp4rl_model_set_hparam";
+    fp4rl_status st = check_model(m, fn);
+    if (st) return st;
+    static const char *const names[FP4RL_MP_COUNT] = {"lr", "weight_decay", "beta1", "beta2", "adam_eps", "grad_clip"};
+    if ((int)param < 0 || (int)param >= FP4RL_MP_COUNT)
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: unknown parameter %d (0 .. %d)", fn, (int)param, FP4RL_MP_COUNT - 1);
+    int ok = isfinite(v);
+    switch (param) {
+    case FP4RL_MP_LR: case FP4RL_MP_ADAM_EPS: ok = ok && v > 0; break;
+    case FP4RL_MP_BETA1: case FP4RL_MP_BETA2: ok = ok && v >= 0 && v < 1; break;
+    default: ok = ok && v >= 0; break;
+    }
+    if (!ok)
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %s = %g is out of range (lr, adam_eps: > 0; beta1, beta2: [0, 1); weight_decay, grad_clip: >= 0)",
+                          fn, names[param], v);
+    m->hp[param] = v;
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_model_get_hparam(const fp4rl_model *m, fp4rl_mparam param, double *v)
+{
+    const char *fn = "fp4rl_model_get_hparam";
+    fp4rl_status st = check_model(m, fn);
+    if (st) return st;
+    if (!v || (int)param < 0 || (int)param >= FP4RL_MP_COUNT)
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: value is NULL or parameter %d unknown (0 .. %d)", fn, (int)param, FP4RL_MP_COUNT - 1);
+    *v = m->hp[param];
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_model_get_info(const fp4rl_model *m, fp4rl_model_info key, int64_t *value)
+{
+    const char *fn = "fp4rl_model_get_info";
+    fp4rl_status st = check_model(m, fn);
+    if (st) return st;
+    if (!value) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: value is NULL", fn);
+    const fp4rl_hf_config *c = &m->cfg;
+    switch (key) {
+    case FP4RL_MI_VOCAB_SIZE: *value = c->vocab_size; break;
+    case FP4RL_MI_HIDDEN_SIZE: *value = c->hidden_size; break;
+    case FP4RL_MI_INTERMEDIATE_SIZE: *value = c->intermediate_size; break;
+    case FP4RL_MI_NUM_LAYERS: *value = c->num_hidden_layers; break;
+    case FP4RL_MI_NUM_HEADS: *value = c->num_attention_heads; break;
+    case FP4RL_MI_NUM_KV_HEADS: *value = c->num_key_value_heads; break;
+    case FP4RL_MI_HEAD_DIM: *value = c->head_dim; break;
+    case FP4RL_MI_MAX_POSITIONS: *value = c->max_position_embeddings; break;
+    case FP4RL_MI_TIED_EMBEDDINGS: *value = c->tie_word_embeddings; break;
+    case FP4RL_MI_NUM_PARAMETERS: *value = m->total; break;
+    case FP4RL_MI_STEP: *value = m->step; break;
+    default: return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: unknown key %d (0 .. 10)", fn, (int)key);
+    }
+    return FP4RL_OK;
+}
+
+static const fp4rl_param *find_param(const fp4rl_model *m, const char *name)
+{
+    for (int i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
+    return NULL;
+}
+
+/* Validates (model, name, buffer) for the per-parameter accessors. */
+static fp4rl_status param_access(const fp4rl_model *m, const char *name, const void *buf, size_t bytes,
+                                 const fp4rl_param **p, const char *fn)
+{
+    fp4rl_status st = check_model(m, fn);
+    if (st) return st;
+    if (!name || !buf) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: name or buffer is NULL", fn);
+    *p = find_param(m, name);
+    if (!*p) {
+        if (m->cfg.tie_word_embeddings && strcmp(name, "lm_head.weight") == 0)
+            return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: this model ties lm_head.weight to model.embed_tokens.weight; use that name", fn);
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the model has no parameter \"%s\" (HF names, e.g. model.layers.0.self_attn.q_proj.weight)", fn, name);
+    }
+    if (bytes != (size_t)(*p)->numel * sizeof(float))
+        return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: %s has %lld floats (%zu bytes); the buffer has %zu bytes", fn, name,
+                          (long long)(*p)->numel, (size_t)(*p)->numel * sizeof(float), bytes);
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_model_param_shape(const fp4rl_model *m, const char *name, int *ndim, int64_t *dims)
+{
+    const char *fn = "fp4rl_model_param_shape";
+    const fp4rl_param *p;
+    fp4rl_status st = param_access(m, name, dims, 0, &p, fn);
+    if (st == FP4RL_ERR_SHAPE) st = FP4RL_OK; /* no buffer size to check here */
+    if (st) return st;
+    if (ndim) *ndim = p->ndim;
+    dims[0] = p->dims[0];
+    dims[1] = p->ndim == 2 ? p->dims[1] : 0;
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_model_get_param(const fp4rl_model *m, const char *name, float *dst, size_t bytes)
+{
+    const fp4rl_param *p;
+    fp4rl_status st = param_access(m, name, dst, bytes, &p, "fp4rl_model_get_param");
+    return st ? st : m->ctx->be->download(m->ctx, dst, m->w + p->offset, bytes);
+}
+
+fp4rl_status fp4rl_model_get_grad(const fp4rl_model *m, const char *name, float *dst, size_t bytes)
+{
+    const fp4rl_param *p;
+    fp4rl_status st = param_access(m, name, dst, bytes, &p, "fp4rl_model_get_grad");
+    return st ? st : m->ctx->be->download(m->ctx, dst, m->g + p->offset, bytes);
+}
+
+fp4rl_status fp4rl_model_set_param(fp4rl_model *m, const char *name, const float *src, size_t bytes)
+{
+    const fp4rl_param *p;
+    fp4rl_status st = param_access(m, name, src, bytes, &p, "fp4rl_model_set_param");
+    return st ? st : m->ctx->be->upload(m->ctx, m->w + p->offset, src, bytes);
+}
+
+fp4rl_status fp4rl_model_load(fp4rl_model *m, const char *path)
+{
+    const char *fn = "fp4rl_model_load";
+    fp4rl_status st = check_model(m, fn);
+    if (st) return st;
+    if (!path) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: path is NULL", fn);
+    fp4rl_st *f;
+    st = fp4rl_st_open_path(&f, path);
+    if (st) return st;
+    const size_t bytes = (size_t)m->total * sizeof(float);
+    float *host = malloc(bytes);
+    if (!host) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    for (int i = 0; !st && i < m->n_params; i++) {
+        const fp4rl_param *p = &m->params[i];
+        st = fp4rl_st_read_f32(f, p->name, p->ndim, p->dims, host + p->offset);
+        if (st == FP4RL_ERR_DTYPE) /* say which file; keep the reader's message */
+            st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: %s", fn, path, fp4rl_last_error());
+        else if (st) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", fp4rl_last_error());
+            st = fp4rl_fail(st, "%s: %s: %s", fn, path, msg);
+        }
+    }
+    if (!st) st = m->ctx->be->upload(m->ctx, m->w, host, bytes);
+    if (!st) st = m->ctx->be->memset0(m->ctx, m->adam_m, bytes);
+    if (!st) st = m->ctx->be->memset0(m->ctx, m->adam_v, bytes);
+    if (!st) m->step = 0;
+    free(host);
+    fp4rl_st_close(f);
+    return st;
+}
+
+fp4rl_status fp4rl_model_save(const fp4rl_model *m, const char *path, fp4rl_dtype dtype)
+{
+    const char *fn = "fp4rl_model_save";
+    fp4rl_status st = check_model(m, fn);
+    if (st) return st;
+    if (!path) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: path is NULL", fn);
+    if (dtype != FP4RL_DTYPE_F32 && dtype != FP4RL_DTYPE_BF16)
+        return fp4rl_fail(FP4RL_ERR_DTYPE, "%s: weights are saved as f32 or bf16, not %s", fn, fp4rl_dtype_name(dtype));
+    const size_t bytes = (size_t)m->total * sizeof(float);
+    float *host = malloc(bytes);
+    fp4rl_st_write_entry *e = calloc((size_t)m->n_params, sizeof *e);
+    if (!host || !e) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    if (!st) st = m->ctx->be->download(m->ctx, host, m->w, bytes);
+    if (!st) {
+        for (int i = 0; i < m->n_params; i++) {
+            const fp4rl_param *p = &m->params[i];
+            e[i] = (fp4rl_st_write_entry){p->name, FP4RL_DTYPE_F32, p->ndim, p->dims, host + p->offset, dtype == FP4RL_DTYPE_BF16};
+        }
+        const fp4rl_st_kv meta[1] = {{"format", "pt"}};
+        st = fp4rl_st_write_path(path, e, (size_t)m->n_params, meta, 1);
+    }
+    free(host);
+    free(e);
+    return st;
+}
+
+fp4rl_status fp4rl_model_compute_gradients(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths,
+                                           const float *loss_mask, int64_t B, int64_t T, double *loss)
+{
+    const char *fn = "fp4rl_model_compute_gradients";
+    fp4rl_status st = check_model(m, fn);
+    return st ? st : fp4rl_model_run(m, tokens, lengths, loss_mask, B, T, NULL, NULL, 1, loss, fn);
+}
+
+fp4rl_status fp4rl_model_train_step(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, const float *loss_mask,
+                                    int64_t B, int64_t T, double *loss, double *grad_norm)
+{
+    const char *fn = "fp4rl_model_train_step";
+    fp4rl_status st = check_model(m, fn);
+    double l = 0;
+    if (!st) st = fp4rl_model_run(m, tokens, lengths, loss_mask, B, T, NULL, NULL, 1, &l, fn);
+    if (st) return st;
+    fp4rl_context *ctx = m->ctx;
+    float norm = 0;
+    st = m->ops->grad_norm(ctx, m->scalar + 1, m->g, m->total);
+    if (!st && m->hp[FP4RL_MP_GRAD_CLIP] > 0)
+        st = m->ops->grad_clip(ctx, m->g, m->total, m->scalar + 1, (float)m->hp[FP4RL_MP_GRAD_CLIP]);
+    if (!st)
+        st = m->ops->adamw_update(ctx, m->w, m->g, m->adam_m, m->adam_v, m->total, (float)m->hp[FP4RL_MP_LR],
+                                  (float)m->hp[FP4RL_MP_BETA1], (float)m->hp[FP4RL_MP_BETA2],
+                                  (float)m->hp[FP4RL_MP_ADAM_EPS], (float)m->hp[FP4RL_MP_WEIGHT_DECAY], m->step + 1);
+    if (!st) st = ctx->be->download(ctx, &norm, m->scalar + 1, sizeof norm);
+    if (st) return st;
+    m->step++;
+    if (loss) *loss = l;
+    if (grad_norm) *grad_norm = norm;
+    return FP4RL_OK;
+}

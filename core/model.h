@@ -1,0 +1,99 @@
+/*
+ * model.h - the Qwen2 policy model behind fp4rl_model (internal; the ABI is in fp4rl.h).
+ *
+ * All parameters live in one contiguous FP32 buffer of the context's device (and so do their
+ * gradients and the two AdamW moments), as llm.c does: one global-norm reduction, one optimizer
+ * call, one file write.
+ */
+#ifndef FP4RL_MODEL_H
+#define FP4RL_MODEL_H
+
+#include "hf_config.h"
+#include "internal.h"
+#include "ops.h"
+
+/* The parameters of one transformer block, in storage order. */
+enum {
+    FP4RL_LP_LN1, FP4RL_LP_Q_W, FP4RL_LP_Q_B, FP4RL_LP_K_W, FP4RL_LP_K_B, FP4RL_LP_V_W, FP4RL_LP_V_B, FP4RL_LP_O_W,
+    FP4RL_LP_LN2, FP4RL_LP_GATE_W, FP4RL_LP_UP_W, FP4RL_LP_DOWN_W, FP4RL_LP_COUNT
+};
+
+typedef struct fp4rl_param {
+    char name[96];   /* HF name, e.g. model.layers.3.self_attn.q_proj.weight */
+    int ndim;
+    int64_t dims[2];
+    int64_t offset;  /* in floats, into the parameter buffer */
+    int64_t numel;
+    int is_norm;     /* initialised to 1 */
+    int is_bias;     /* initialised to 0 */
+} fp4rl_param;
+
+struct fp4rl_model {
+    fp4rl_context *ctx;
+    const fp4rl_ops *ops;
+    fp4rl_hf_config cfg;
+    fp4rl_quant_policy *policy;
+    double hp[FP4RL_MP_COUNT];
+    int64_t step;                    /* AdamW steps taken */
+    int n_params;                    /* 2 or 3 globals + 12 per layer */
+    fp4rl_param *params;             /* [embed, layer 0 .. L-1 params, norm, (lm_head)] */
+    int64_t total;                   /* floats in the parameter buffer */
+    float *w, *g, *adam_m, *adam_v;  /* device buffers of `total` floats */
+    float *scalar;                   /* device scratch: [0] loss, [1] grad norm, [2] dloss = 1 */
+};
+
+/* Index of the parameter of layer l, kind k (FP4RL_LP_*); of the embedding, final norm, LM head. */
+static inline int fp4rl_model_lp(int l, int k) { return 1 + l * FP4RL_LP_COUNT + k; }
+static inline int fp4rl_model_p_embed(void) { return 0; }
+static inline int fp4rl_model_p_norm(const fp4rl_model *m) { return 1 + (int)m->cfg.num_hidden_layers * FP4RL_LP_COUNT; }
+/* The LM head's weight: its own parameter, or the embedding when tied. */
+static inline int fp4rl_model_p_head(const fp4rl_model *m) { return m->cfg.tie_word_embeddings ? 0 : fp4rl_model_p_norm(m) + 1; }
+static inline float *fp4rl_model_w(const fp4rl_model *m, int p) { return m->w + m->params[p].offset; }
+static inline float *fp4rl_model_g(const fp4rl_model *m, int p) { return m->g + m->params[p].offset; }
+
+/* ---- core/model_linear.c: scratch buffers and the linear layer's numerics ---- */
+#define FP4RL_ARENA_MAX 2048
+/* Device buffers freed together; the first failure sticks in `st` and later allocations return NULL. */
+typedef struct fp4rl_arena { fp4rl_context *ctx; void *p[FP4RL_ARENA_MAX]; int n; fp4rl_status st; } fp4rl_arena;
+FP4RL_HIDDEN void *fp4rl_arena_alloc(fp4rl_arena *a, int64_t n_elems, size_t elem);
+FP4RL_HIDDEN float *fp4rl_arena_f32(fp4rl_arena *a, int64_t n);
+FP4RL_HIDDEN float *fp4rl_arena_zeros(fp4rl_arena *a, int64_t n);
+FP4RL_HIDDEN void fp4rl_arena_free(fp4rl_arena *a);
+
+/* How one GEMM operand is rounded: not at all, to BF16, or FP4/FP8 quantize-dequantize. */
+typedef enum { FP4RL_NUM_FP32, FP4RL_NUM_BF16, FP4RL_NUM_FP4 } fp4rl_num_mode;
+/* The numerics of one linear layer, per role (weight, activation, gradient). */
+typedef struct fp4rl_linear_spec {
+    fp4rl_num_mode mode[3];
+    fp4rl_dtype fmt[3];
+    int tile[3];
+} fp4rl_linear_spec;
+/* The forward GEMM's operands, kept for backward (the originals in FP32 mode). */
+typedef struct fp4rl_linear_saved { float *xq, *wq; } fp4rl_linear_saved;
+
+/* A transformer-block linear in the training (rollout = 0) or rollout numerics of the model's
+ * policy; q_proj and k_proj (is_qk) take FP4RL_QP_FORMAT_QK when set. The LM head: BF16 operands
+ * (FP32 in FP32 numerics). */
+FP4RL_HIDDEN fp4rl_linear_spec fp4rl_block_linear_spec(const fp4rl_model *m, int is_qk, int rollout);
+FP4RL_HIDDEN fp4rl_linear_spec fp4rl_head_linear_spec(const fp4rl_model *m, int rollout);
+/* dst [rows, cols] = the GEMM operand of src for `role`, blocked along the rows (along_rows) or
+ * the last dim. */
+FP4RL_HIDDEN fp4rl_status fp4rl_linear_operand(fp4rl_model *m, fp4rl_arena *a, float *dst, float *src, int64_t rows,
+                                               int64_t cols, const fp4rl_linear_spec *s, fp4rl_role role, int along_rows);
+/* y [N, OUT] = x w^T + b in the spec's numerics; sv keeps the operands for backward. */
+FP4RL_HIDDEN fp4rl_status fp4rl_linear_forward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s,
+                                               fp4rl_linear_saved *sv, float *y, float *x, float *w, const float *b,
+                                               int64_t N, int64_t IN, int64_t OUT);
+/* dx (optional) += dY W, dw += dY^T X, db (optional) += sum dY, each GEMM on its own operands. */
+FP4RL_HIDDEN fp4rl_status fp4rl_linear_backward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s,
+                                                const fp4rl_linear_saved *sv, float *dx, float *dw, float *db, float *dy,
+                                                float *x, float *w, int64_t N, int64_t IN, int64_t OUT);
+
+/* core/model_forward.c: the forward pass over a batch, and optionally the backward pass of the
+ * masked next-token loss. logits_out (host, [B, T, V]) and logprobs_out (host, [B, T]) are optional;
+ * with `backward` the gradients are zeroed and then accumulated, and *loss is set. */
+FP4RL_HIDDEN fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths,
+                                          const float *loss_mask, int64_t B, int64_t T, float *logits_out,
+                                          float *logprobs_out, int backward, double *loss, const char *fn);
+
+#endif

@@ -1,0 +1,199 @@
+/*
+ * model_linear.c - a linear layer's GEMM operands in the policy's numerics, and its forward and
+ * backward, for the training step (core/model_forward.c) and the rollout (core/rollout.c).
+ *
+ * A linear layer Y = X W^T (+ b) has three GEMMs (shared/spec/recipes.md section 1):
+ *   forward          Y  = X  W^T   contracts over IN      X, W blocked along IN
+ *   input gradient   dX = dY W     contracts over OUT     dY, W blocked along OUT
+ *   weight gradient  dW = dY^T X   contracts over tokens  dY, X blocked along tokens
+ * In FP4 mode each operand is quantized along its GEMM's contraction axis and dequantized
+ * (exactly) before an FP32 GEMM. With 2D tiles one quantized copy of W and of X serves every
+ * GEMM (the tiles are the same whichever axis contracts); with 1D blocks each GEMM re-quantizes
+ * from the high-precision value. dY uses the gradient role (stochastic rounding in the recipes),
+ * quantized once per GEMM in 1D (fresh random numbers each) or once in 2D.
+ */
+#include <string.h>
+
+#include "model.h"
+
+/* ---- a scratch arena of device buffers, freed together ---- */
+
+void *fp4rl_arena_alloc(fp4rl_arena *a, int64_t n_elems, size_t elem)
+{
+    if (a->st) return NULL;
+    if (a->n == FP4RL_ARENA_MAX) {
+        a->st = fp4rl_fail(FP4RL_ERR_INTERNAL, "model: scratch arena full");
+        return NULL;
+    }
+    void *p = NULL;
+    a->st = a->ctx->be->alloc(a->ctx, &p, (size_t)n_elems * elem);
+    if (a->st) return NULL;
+    a->p[a->n++] = p;
+    return p;
+}
+float *fp4rl_arena_f32(fp4rl_arena *a, int64_t n) { return fp4rl_arena_alloc(a, n, sizeof(float)); }
+/* A zero-filled buffer (gradients accumulate). */
+float *fp4rl_arena_zeros(fp4rl_arena *a, int64_t n)
+{
+    float *p = fp4rl_arena_f32(a, n);
+    if (p) a->st = a->ctx->be->memset0(a->ctx, p, (size_t)n * sizeof(float));
+    return a->st ? NULL : p;
+}
+void fp4rl_arena_free(fp4rl_arena *a)
+{
+    for (int i = 0; i < a->n; i++) a->ctx->be->free(a->ctx, a->p[i]);
+    a->n = 0;
+}
+
+/* ---- GEMM operand numerics ---- */
+
+static fp4rl_num_mode mode_of(int64_t numerics, fp4rl_role role, int rollout)
+{
+    switch (numerics) {
+    case FP4RL_NUMERICS_FP32: return FP4RL_NUM_FP32;
+    case FP4RL_NUMERICS_BF16: return FP4RL_NUM_BF16;
+    case FP4RL_NUMERICS_W4A16: return role == FP4RL_ROLE_WEIGHT ? FP4RL_NUM_FP4 : FP4RL_NUM_BF16;
+    case FP4RL_NUMERICS_W16A4: return role == FP4RL_ROLE_WEIGHT ? FP4RL_NUM_BF16 : FP4RL_NUM_FP4;
+    default: return (rollout && role == FP4RL_ROLE_GRADIENT) ? FP4RL_NUM_BF16 : FP4RL_NUM_FP4;
+    }
+}
+
+fp4rl_linear_spec fp4rl_block_linear_spec(const fp4rl_model *m, int is_qk, int rollout)
+{
+    fp4rl_linear_spec s;
+    const int64_t numerics = fp4rl_policy_value(m->policy, rollout ? FP4RL_QP_ROLLOUT_NUMERICS : FP4RL_QP_TRAIN_NUMERICS);
+    const int64_t qk = fp4rl_policy_value(m->policy, FP4RL_QP_FORMAT_QK);
+    for (int r = 0; r < 3; r++) {
+        s.mode[r] = mode_of(numerics, (fp4rl_role)r, rollout);
+        s.fmt[r] = (fp4rl_dtype)(is_qk && qk >= 0 ? qk : fp4rl_policy_value(m->policy, (fp4rl_qparam)(FP4RL_QP_FORMAT_WEIGHT + r)));
+        s.tile[r] = (int)fp4rl_policy_value(m->policy, (fp4rl_qparam)(FP4RL_QP_TILE_WEIGHT + r));
+    }
+    return s;
+}
+
+fp4rl_linear_spec fp4rl_head_linear_spec(const fp4rl_model *m, int rollout)
+{
+    fp4rl_linear_spec s = fp4rl_block_linear_spec(m, 0, rollout);
+    const int64_t numerics = fp4rl_policy_value(m->policy, rollout ? FP4RL_QP_ROLLOUT_NUMERICS : FP4RL_QP_TRAIN_NUMERICS);
+    for (int r = 0; r < 3; r++) s.mode[r] = numerics == FP4RL_NUMERICS_FP32 ? FP4RL_NUM_FP32 : FP4RL_NUM_BF16;
+    return s;
+}
+
+/* A non-owning dense F32 tensor over a device buffer, for the backend's quantize functions. */
+static fp4rl_tensor view2d(fp4rl_context *ctx, float *p, int64_t rows, int64_t cols)
+{
+    fp4rl_tensor t;
+    memset(&t, 0, sizeof t);
+    t.ctx = ctx;
+    t.dtype = FP4RL_DTYPE_F32;
+    t.ndim = 2;
+    t.dims[0] = rows;
+    t.dims[1] = cols;
+    t.numel = rows * cols;
+    t.data = p;
+    t.data_bytes = (size_t)t.numel * sizeof(float);
+    t.tensor_scale = 1.0f;
+    return t;
+}
+
+/* dst = dequantize(quantize(src)) with blocks along the last dim of src [rows, cols]. */
+static fp4rl_status qdq_rows(fp4rl_model *m, float *dst, float *src, int64_t rows, int64_t cols, fp4rl_dtype fmt,
+                             fp4rl_role role)
+{
+    fp4rl_context *ctx = m->ctx;
+    fp4rl_qparams p;
+    fp4rl_status st = fp4rl_policy_resolve(m->policy, fmt, role, ctx, &p, "model linear");
+    if (st) return st;
+    fp4rl_qdesc d;
+    fp4rl_qdesc_make(&d, fmt, rows, cols, p.tile);
+    fp4rl_tensor *q;
+    const int64_t dims[2] = {rows, cols};
+    st = fp4rl_tensor_alloc(&q, ctx, fmt, 2, dims, &d, "model linear");
+    if (st) return st;
+    fp4rl_tensor s = view2d(ctx, src, rows, cols), o = view2d(ctx, dst, rows, cols);
+    st = ctx->be->quantize(ctx, q, &s, &p);
+    if (!st && p.stochastic) ctx->rng_offset++;
+    if (!st) st = ctx->be->dequantize(ctx, &o, q, 0);
+    fp4rl_tensor_destroy(q);
+    return st;
+}
+
+fp4rl_status fp4rl_linear_operand(fp4rl_model *m, fp4rl_arena *a, float *dst, float *src, int64_t rows, int64_t cols,
+                                  const fp4rl_linear_spec *s, fp4rl_role role, int along_rows)
+{
+    fp4rl_context *ctx = m->ctx;
+    const size_t bytes = (size_t)(rows * cols) * sizeof(float);
+    switch (s->mode[role]) {
+    case FP4RL_NUM_FP32: { /* a device copy through the residual op: dst = 0 + src (and a scratch) */
+        float *scratch = fp4rl_arena_zeros(a, rows * cols);
+        fp4rl_status st = a->st ? a->st : ctx->be->memset0(ctx, dst, bytes);
+        return st ? st : m->ops->residual_backward(ctx, dst, scratch, src, rows * cols);
+    }
+    case FP4RL_NUM_BF16: return m->ops->round_bf16(ctx, dst, src, rows * cols);
+    case FP4RL_NUM_FP4: break;
+    }
+    if (!along_rows || s->tile[role]) return qdq_rows(m, dst, src, rows, cols, s->fmt[role], role);
+    /* 1D blocks along the rows: quantize the transpose, whose rows are src's columns */
+    float *t = fp4rl_arena_f32(a, rows * cols), *tq = fp4rl_arena_f32(a, rows * cols);
+    if (a->st) return a->st;
+    fp4rl_tensor vs = view2d(ctx, src, rows, cols), vt = view2d(ctx, t, cols, rows);
+    fp4rl_status st = ctx->be->transpose(ctx, &vt, &vs);
+    if (!st) st = qdq_rows(m, tq, t, cols, rows, s->fmt[role], role);
+    fp4rl_tensor vtq = view2d(ctx, tq, cols, rows), vd = view2d(ctx, dst, rows, cols);
+    if (!st) st = ctx->be->transpose(ctx, &vd, &vtq);
+    return st;
+}
+
+/* The operand of `role` for the forward GEMM: the original in FP32 mode, else a new buffer. */
+static fp4rl_status forward_operand(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, fp4rl_role role,
+                                    float **dst, float *src, int64_t rows, int64_t cols)
+{
+    *dst = src;
+    if (s->mode[role] == FP4RL_NUM_FP32) return FP4RL_OK;
+    *dst = fp4rl_arena_f32(a, rows * cols);
+    if (a->st) return a->st;
+    return fp4rl_linear_operand(m, a, *dst, src, rows, cols, s, role, 0);
+}
+
+fp4rl_status fp4rl_linear_forward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, fp4rl_linear_saved *sv,
+                                  float *y, float *x, float *w, const float *b, int64_t N, int64_t IN, int64_t OUT)
+{
+    fp4rl_status st = forward_operand(m, a, s, FP4RL_ROLE_WEIGHT, &sv->wq, w, OUT, IN);
+    if (!st) st = forward_operand(m, a, s, FP4RL_ROLE_ACTIVATION, &sv->xq, x, N, IN);
+    return st ? st : m->ops->linear_forward(m->ctx, y, sv->xq, sv->wq, b, N, IN, OUT);
+}
+
+/* The operand of `role` for a backward GEMM contracting along rows or the last dim: the forward
+ * copy where it is the same (FP32, BF16, or 2D tiles), else a re-quantization. */
+static fp4rl_status backward_operand(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, fp4rl_role role,
+                                     float **dst, float *fwd_copy, float *src, int64_t rows, int64_t cols)
+{
+    *dst = fwd_copy;
+    if (s->mode[role] != FP4RL_NUM_FP4 || s->tile[role]) return FP4RL_OK;
+    *dst = fp4rl_arena_f32(a, rows * cols);
+    if (a->st) return a->st;
+    return fp4rl_linear_operand(m, a, *dst, src, rows, cols, s, role, 1);
+}
+
+fp4rl_status fp4rl_linear_backward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, const fp4rl_linear_saved *sv,
+                                   float *dx, float *dw, float *db, float *dy, float *x, float *w, int64_t N, int64_t IN,
+                                   int64_t OUT)
+{
+    const fp4rl_role G = FP4RL_ROLE_GRADIENT;
+    float *dy_dx = dy, *dy_dw = dy, *w_dx, *x_dw;
+    fp4rl_status st = FP4RL_OK;
+    if (s->mode[G] != FP4RL_NUM_FP32) { /* dY along OUT for dX; along tokens for dW unless 2D or BF16 */
+        dy_dx = dy_dw = fp4rl_arena_f32(a, N * OUT);
+        if (a->st) return a->st;
+        st = fp4rl_linear_operand(m, a, dy_dx, dy, N, OUT, s, G, 0);
+        if (!st && s->mode[G] == FP4RL_NUM_FP4 && !s->tile[G]) {
+            dy_dw = fp4rl_arena_f32(a, N * OUT);
+            if (a->st) return a->st;
+            st = fp4rl_linear_operand(m, a, dy_dw, dy, N, OUT, s, G, 1);
+        }
+    }
+    if (!st) st = backward_operand(m, a, s, FP4RL_ROLE_WEIGHT, &w_dx, sv->wq, w, OUT, IN);   /* along OUT */
+    if (!st) st = backward_operand(m, a, s, FP4RL_ROLE_ACTIVATION, &x_dw, sv->xq, x, N, IN); /* along tokens */
+    if (st) return st;
+    return m->ops->linear_backward(m->ctx, dx, dw, db, dy_dx, w_dx, dy_dw, x_dw, dy, N, IN, OUT);
+}
