@@ -58,6 +58,7 @@ fp4rl_status fp4rl_matmul(fp4rl_tensor *c, fp4rl_context *ctx, const fp4rl_tenso
         return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: C is %s but A %s * B^T (B %s) is [%lld, %lld]", fn,
                           fp4rl_shape_str(sc, sizeof sc, c->ndim, c->dims), fp4rl_shape_str(sa, sizeof sa, 2, a->dims),
                           fp4rl_shape_str(sb, sizeof sb, 2, b->dims), (long long)a->dims[0], (long long)b->dims[0]);
+    if (ctx->be->matmul) return ctx->be->matmul(ctx, c, a, b);
     const fp4rl_tensor *va, *vb;
     fp4rl_tensor *ta = NULL, *tb = NULL;
     float ga, gb;
