@@ -18,6 +18,13 @@
 
 #include <fp4rl/fp4rl.h>
 
+/* A passing ck_assert* records its location with a write() to the runner (_mark_point); these
+ * suites make millions of element-wise assertions, which made them syscall-bound. Passing
+ * assertions here record nothing; failures are reported exactly as before. */
+#undef ck_assert_msg
+#define ck_assert_msg(expr, ...) \
+    ((expr) ? (void)0 : _ck_assert_failed(__FILE__, __LINE__, "Assertion '" #expr "' failed", ##__VA_ARGS__))
+
 /* ---- status checks ------------------------------------------------------------------------- */
 #define OK(call)                                                                                      \
     do {                                                                                              \
@@ -122,6 +129,64 @@ static inline void ref_grid_bracket(double a, const double *tab, unsigned n, uns
     while (k + 1 < n && tab[k + 1] <= a) k++;
     *lo = k;
     *hi = k + 1 < n ? k + 1 : k;
+}
+
+/* Independent scale exponents: floor from frexp; truncation-free by search. */
+static inline int ref_floor_exp(float amax, int emax_elem)
+{
+    if (amax == 0.0f) return -127;
+    int e;
+    frexp((double)amax, &e);
+    e = (e - 1) - emax_elem;
+    return e < -127 ? -127 : e > 127 ? 127 : e;
+}
+static inline int ref_tf_exp(float amax, double max_elem)
+{
+    if (amax == 0.0f) return -127;
+    int e = -127;
+    while (e < 127 && (double)amax > ldexp(max_elem, e)) e++;
+    return e;
+}
+
+/* HiF4 base scale: an independent walk through steps 2-4 of spec section 6. */
+static inline void ref_hif4_base(float amax, uint32_t *e6m2, float *base, float *rec)
+{
+    float sf = amax * 0.142578125f;
+    if (sf < 0x1p-48f) sf = 0x1p-48f;
+    if (sf > 49152.0f) sf = 49152.0f;
+    sf = ref_bf16_round(sf);
+    int e;
+    double m = frexp((double)sf, &e); /* sf = (8m / 4) * 2^(e-1), 8m in [4, 8) */
+    int E = e - 1, q = (int)nearbyint(8 * m);
+    if (q == 8) { q = 4; E++; }
+    *e6m2 = (uint32_t)(((E + 48) << 2) | (q - 4));
+    *base = (float)ldexp(q / 4.0, E);
+    *rec = ref_bf16_round(1.0f / *base);
+}
+
+/* Philox4x32-10 (Salmon et al., Random123), written out again for the reference model. */
+static inline void ref_philox(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
+{
+    uint32_t x[4] = {ctr[0], ctr[1], ctr[2], ctr[3]}, k0 = key[0], k1 = key[1];
+    for (int round = 0; round < 10; round++) {
+        if (round) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        uint64_t p0 = (uint64_t)0xD2511F53u * x[0], p1 = (uint64_t)0xCD9E8D57u * x[2];
+        uint32_t y0 = (uint32_t)(p1 >> 32) ^ x[1] ^ k0, y1 = (uint32_t)p1, y2 = (uint32_t)(p0 >> 32) ^ x[3] ^ k1, y3 = (uint32_t)p0;
+        x[0] = y0; x[1] = y1; x[2] = y2; x[3] = y3;
+    }
+    memcpy(out, x, sizeof x);
+}
+/* The spec's uniform of element i of a stochastic call (seed, offset). */
+static inline double ref_sr_u(uint64_t seed, uint64_t offset, uint64_t i)
+{
+    uint64_t q = i / 4;
+    uint32_t c[4] = {(uint32_t)q, (uint32_t)(q >> 32), (uint32_t)offset, (uint32_t)(offset >> 32)};
+    uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)}, o[4];
+    ref_philox(c, k, o);
+    return ldexp((double)(o[i % 4] >> 8), -24);
 }
 
 /* ---- tensors ----------------------------------------------------------------------------------- */
