@@ -220,23 +220,6 @@ END_TEST
 
 /* ================================ scales ===================================================== */
 
-/* Independent scale exponents: floor from frexp; truncation-free by search. */
-static int ref_floor_exp(float amax, int emax_elem)
-{
-    if (amax == 0.0f) return -127;
-    int e;
-    frexp((double)amax, &e);
-    e = (e - 1) - emax_elem;
-    return e < -127 ? -127 : e > 127 ? 127 : e;
-}
-static int ref_tf_exp(float amax, double max_elem)
-{
-    if (amax == 0.0f) return -127;
-    int e = -127;
-    while (e < 127 && (double)amax > ldexp(max_elem, e)) e++;
-    return e;
-}
-
 START_TEST(test_mx_scale_exponent)
 {
     /* by hand */
@@ -318,22 +301,6 @@ START_TEST(test_nvfp4_scale_math)
 }
 END_TEST
 
-/* HiF4 base scale: an independent walk through steps 2-4 of spec section 6. */
-static void ref_hif4_base(float amax, uint32_t *e6m2, float *base, float *rec)
-{
-    float sf = amax * 0.142578125f;
-    if (sf < 0x1p-48f) sf = 0x1p-48f;
-    if (sf > 49152.0f) sf = 49152.0f;
-    sf = ref_bf16_round(sf);
-    int e;
-    double m = frexp((double)sf, &e); /* sf = (8m / 4) * 2^(e-1), 8m in [4, 8) */
-    int E = e - 1, q = (int)nearbyint(8 * m);
-    if (q == 8) { q = 4; E++; }
-    *e6m2 = (uint32_t)(((E + 48) << 2) | (q - 4));
-    *base = (float)ldexp(q / 4.0, E);
-    *rec = ref_bf16_round(1.0f / *base);
-}
-
 START_TEST(test_hif4_base_scale)
 {
     static const uint16_t rec_mant[4] = {0x00, 0x4D, 0x2B, 0x12}; /* bf16 mantissas of 1/1, 1/1.25, ... */
@@ -411,6 +378,18 @@ START_TEST(test_philox_kat)
         fp4rl_philox4x32_10(kat[i].c, kat[i].k, out);
         for (int j = 0; j < 4; j++)
             ck_assert_msg(out[j] == kat[i].want[j], "Philox KAT %zu word %d: 0x%08x, want 0x%08x", i, j, out[j], kat[i].want[j]);
+        ref_philox(kat[i].c, kat[i].k, out); /* the test's own Philox, used by test_quantize */
+        for (int j = 0; j < 4; j++) ck_assert_uint_eq(out[j], kat[i].want[j]);
+    }
+    trng r = trng_make(8);
+    for (int i = 0; i < 1000; i++) {
+        uint32_t c[4], k[2], o1[4], o2[4];
+        for (int j = 0; j < 4; j++) c[j] = (uint32_t)trng_u64(&r);
+        k[0] = (uint32_t)trng_u64(&r);
+        k[1] = (uint32_t)trng_u64(&r);
+        fp4rl_philox4x32_10(c, k, o1);
+        ref_philox(c, k, o2);
+        ck_assert(memcmp(o1, o2, sizeof o1) == 0);
     }
 }
 END_TEST
