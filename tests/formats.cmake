@@ -3,8 +3,8 @@
 # reference (test_matmul), and the element conversions against ml_dtypes (pytest).
 fp4rl_add_check_test(test_formats)
 fp4rl_add_check_test(test_quantize)
-#fp4rl_add_check_test(test_matmul)
-set_tests_properties(test_formats test_quantize PROPERTIES LABELS "formats" TIMEOUT 120)
+fp4rl_add_check_test(test_matmul)
+set_tests_properties(test_formats test_quantize test_matmul PROPERTIES LABELS "formats" TIMEOUT 120)
 
 # pytest + ctypes + ml_dtypes. Skipped under the sanitizers: python is not built with ASan, so
 # the instrumented library cannot be dlopen'ed into it.
