@@ -199,6 +199,22 @@ START_TEST(test_element_stochastic_formula)
 }
 END_TEST
 
+/* u = 0 is a valid uniform (not "nearest"): every value off the grid rounds up. */
+START_TEST(test_element_stochastic_u_zero)
+{
+    ck_assert_uint_eq(fp4rl_e2m1_encode(0.1f, 0.0f), 0x1);
+    ck_assert_uint_eq(fp4rl_e2m1_encode(-4.01f, 0.0f), 0xF);
+    ck_assert_uint_eq(fp4rl_e2m1_encode(2.0f, 0.0f), 0x4); /* on the grid: stays */
+    ck_assert_uint_eq(fp4rl_e4m3_encode(0x1p-12f, 0.0f), 0x01);
+    ck_assert_uint_eq(fp4rl_e4m3_encode(1.01f, 0.0f), 0x39);
+    ck_assert_uint_eq(fp4rl_hif4_encode(0.01f, 0, 1.0f, 0.0f), 0x1);
+    ck_assert_uint_eq(fp4rl_hif4_encode(0.25f, 0, 1.0f, 0.0f), 0x1);
+    /* u just below 1: only a ratio above it rounds up */
+    ck_assert_uint_eq(fp4rl_e2m1_encode(0.49f, 1.0f - 0x1p-24f), 0x0);
+    ck_assert_uint_eq(fp4rl_hif4_encode(0.24f, 0, 1.0f, 1.0f - 0x1p-24f), 0x0);
+}
+END_TEST
+
 START_TEST(test_bf16_rounding)
 {
     trng r = trng_make(4);
@@ -652,6 +668,7 @@ Suite *formats_suite(void)
     tcase_add_test(tc, test_e4m3_rne_all_midpoints);
     tcase_add_test(tc, test_subnormal_codes);
     tcase_add_test(tc, test_element_stochastic_formula);
+    tcase_add_test(tc, test_element_stochastic_u_zero);
     tcase_add_test(tc, test_bf16_rounding);
     suite_add_tcase(s, tc);
     tc = tcase_create("scales");

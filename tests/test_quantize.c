@@ -876,6 +876,58 @@ START_TEST(test_sr_replay_and_offsets)
 }
 END_TEST
 
+/* The comparison is exactly the spec's `u < (v - lo) / (hi - lo)` with u = (out >> 8) * 2^-24:
+ * elements placed exactly on v = lo + u * (hi - lo) (scale 2^0, lo = 0, hi = 0.5, so v = u / 2,
+ * exact in f32) must stay at lo; one ulp above, they must go up. Any other u (another lane, bit
+ * shift, counter or key) or a <= shows up here. And u = 0 is a valid draw that rounds every
+ * off-grid value up: (seed 1, offset 270842) gives u = 0 for element 0. */
+START_TEST(test_sr_exact_u_boundaries)
+{
+    const int64_t R = 4, C = 32;
+    const uint64_t seed = 77, off = 5;
+    float x[4 * 32], xu[4 * 32];
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++) {
+            int64_t i = r * C + c;
+            float v = (float)(ref_sr_u(seed, off, (uint64_t)i) / 2);
+            ck_assert((double)v * 2 == ref_sr_u(seed, off, (uint64_t)i));
+            x[i] = (c % 2) ? -v : v;
+            xu[i] = (c % 2) ? -nextafterf(v, 1.0f) : nextafterf(v, 1.0f);
+            if (c == 0) x[i] = xu[i] = 4.0f; /* anchor: scale 2^0 under the OCP floor */
+        }
+    for (int up = 0; up < 2; up++) {
+        fp4rl_tensor *src = mk_f32(ctx, R, C, up ? xu : x);
+        OK(fp4rl_context_set_seed(ctx, seed));
+        OK(fp4rl_context_set_rng_offset(ctx, off));
+        fp4rl_tensor *q = quant(ctx, src, FP4RL_DTYPE_MXFP4, 0, 0, 1);
+        qhost h = qh_get(q);
+        for (int64_t r = 0; r < R; r++) {
+            ck_assert_uint_eq(h.scales[r], 127);
+            for (int64_t c = 1; c < C; c++) {
+                uint8_t want = (uint8_t)(((c % 2) ? 8 : 0) | (up ? 1 : 0));
+                ck_assert_msg(qh_code(&h, FP4RL_DTYPE_MXFP4, C, r, c) == want, "element %lld: v = u/2 %s: code 0x%x, want 0x%x",
+                              (long long)(r * C + c), up ? "+ 1 ulp" : "exactly", qh_code(&h, FP4RL_DTYPE_MXFP4, C, r, c), want);
+            }
+        }
+        qh_free(&h);
+        fp4rl_tensor_destroy(q);
+        fp4rl_tensor_destroy(src);
+    }
+    /* u = 0: 0.1 rounds up to 0.5 (nearest would give 0) */
+    ck_assert(ref_sr_u(1, 270842, 0) == 0.0);
+    float z[32] = {0.1f, 4.0f};
+    fp4rl_tensor *src = mk_f32(ctx, 1, 32, z);
+    OK(fp4rl_context_set_seed(ctx, 1));
+    OK(fp4rl_context_set_rng_offset(ctx, 270842));
+    fp4rl_tensor *q = quant(ctx, src, FP4RL_DTYPE_MXFP4, 0, 0, 1);
+    qhost h = qh_get(q);
+    ck_assert_uint_eq(qh_code(&h, FP4RL_DTYPE_MXFP4, 32, 0, 0), 0x1);
+    qh_free(&h);
+    fp4rl_tensor_destroy(q);
+    fp4rl_tensor_destroy(src);
+}
+END_TEST
+
 /* Unbiasedness: over n = 2000 offsets the mean of the dequantized values converges to x. Each
  * draw is x's lower or upper neighbour (spacing `step`), so its standard deviation is at most
  * step / 2 and |mean - x| <= 5 * (step / 2) / sqrt(n) holds with overwhelming probability (the
@@ -1094,6 +1146,7 @@ Suite *quantize_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_sr_replay_and_offsets);
+    tcase_add_test(tc, test_sr_exact_u_boundaries);
     tcase_add_test(tc, test_sr_unbiased);
     suite_add_tcase(s, tc);
     tc = tcase_create("error");
