@@ -179,9 +179,14 @@ FP4RL_HD float fp4rl_e8m0_decode(uint8_t s)
 }
 
 /* ---- NVFP4 scales (UE4M3 + binary32 per tensor), spec section 4 ----------------------------- */
+/* (choice) The spec's g = 1 for an all-zero tensor extends to tensors so tiny that g would be a
+ * binary32 subnormal (amax_t < 2688 * 2^-126): s_b * g could underflow to 0 and the element
+ * division become x / 0. With g = 1 every block scale rounds to 0, so every code is 0, which is
+ * what such a tensor dequantizes to anyway. */
 FP4RL_HD float fp4rl_nvfp4_tensor_scale(float amax_t)
 {
-    return amax_t == 0.0f ? 1.0f : amax_t / (448.0f * 6.0f);
+    const float g = amax_t / (448.0f * 6.0f);
+    return g < 0x1p-126f ? 1.0f : g;
 }
 /* The UE4M3 code of a block with max magnitude amax_b under tensor scale g. 0x7F marks a NaN block. */
 #define FP4RL_UE4M3_NAN 0x7Fu
@@ -259,9 +264,11 @@ FP4RL_HD uint8_t fp4rl_mx_encode(float x, int e, int fp8, float u)
     float v = x * fp4rl_exp2i(-e);
     return fp8 ? fp4rl_e4m3_encode(v, u) : fp4rl_e2m1_encode(v, u);
 }
+/* NaN results are returned as the constant 0x7fc00000, never computed: arithmetic on a NaN keeps
+ * its payload on CPUs but gives 0x7fffffff on NVIDIA GPUs, and the backends must agree bit for bit. */
 FP4RL_HD float fp4rl_mx_decode(uint8_t code, uint8_t scale, int fp8)
 {
-    if (scale == FP4RL_E8M0_NAN) return fp4rl_bits_f32(0x7fc00000u);
+    if (scale == FP4RL_E8M0_NAN || (fp8 && (code & 0x7fu) == 0x7fu)) return fp4rl_bits_f32(0x7fc00000u);
     return (fp8 ? fp4rl_e4m3_decode(code) : fp4rl_e2m1_decode(code)) * fp4rl_exp2i((int)scale - 127);
 }
 /* NVFP4 element with block scale code s (not 0, not NaN) and tensor scale g. */
@@ -277,6 +284,7 @@ FP4RL_HD float fp4rl_nvfp4_decode_unscaled(uint8_t code, uint8_t s)
 }
 FP4RL_HD float fp4rl_nvfp4_decode(uint8_t code, uint8_t s, float g)
 {
+    if (s == FP4RL_UE4M3_NAN) return fp4rl_bits_f32(0x7fc00000u); /* not NaN * g: see fp4rl_mx_decode */
     return fp4rl_nvfp4_decode_unscaled(code, s) * g;
 }
 

@@ -335,7 +335,23 @@ fp4rl_status fp4rl_model_compute_gradients(fp4rl_model *m, const int32_t *tokens
 {
     const char *fn = "fp4rl_model_compute_gradients";
     fp4rl_status st = check_model(m, fn);
-    return st ? st : fp4rl_model_run(m, tokens, lengths, loss_mask, B, T, NULL, NULL, 1, loss, fn);
+    return st ? st : fp4rl_model_run(m, tokens, lengths, loss_mask, B, T, NULL, NULL, 1, loss, NULL, 1.0f, fn);
+}
+
+fp4rl_status fp4rl_model_update(fp4rl_model *m, double lr, double weight_decay, double clip, double *grad_norm)
+{
+    fp4rl_context *ctx = m->ctx;
+    float norm = 0;
+    fp4rl_status st = m->ops->grad_norm(ctx, m->scalar + 1, m->g, m->total);
+    if (!st && clip > 0) st = m->ops->grad_clip(ctx, m->g, m->total, m->scalar + 1, (float)clip);
+    if (!st)
+        st = m->ops->adamw_update(ctx, m->w, m->g, m->adam_m, m->adam_v, m->total, lr, m->hp[FP4RL_MP_BETA1],
+                                  m->hp[FP4RL_MP_BETA2], m->hp[FP4RL_MP_ADAM_EPS], weight_decay, m->step + 1);
+    if (!st) st = ctx->be->download(ctx, &norm, m->scalar + 1, sizeof norm);
+    if (st) return st;
+    m->step++;
+    if (grad_norm) *grad_norm = norm;
+    return FP4RL_OK;
 }
 
 fp4rl_status fp4rl_model_train_step(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, const float *loss_mask,
@@ -344,21 +360,8 @@ fp4rl_status fp4rl_model_train_step(fp4rl_model *m, const int32_t *tokens, const
     const char *fn = "fp4rl_model_train_step";
     fp4rl_status st = check_model(m, fn);
     double l = 0;
-    if (!st) st = fp4rl_model_run(m, tokens, lengths, loss_mask, B, T, NULL, NULL, 1, &l, fn);
-    if (st) return st;
-    fp4rl_context *ctx = m->ctx;
-    float norm = 0;
-    st = m->ops->grad_norm(ctx, m->scalar + 1, m->g, m->total);
-    if (!st && m->hp[FP4RL_MP_GRAD_CLIP] > 0)
-        st = m->ops->grad_clip(ctx, m->g, m->total, m->scalar + 1, (float)m->hp[FP4RL_MP_GRAD_CLIP]);
-    if (!st)
-        st = m->ops->adamw_update(ctx, m->w, m->g, m->adam_m, m->adam_v, m->total, (float)m->hp[FP4RL_MP_LR],
-                                  (float)m->hp[FP4RL_MP_BETA1], (float)m->hp[FP4RL_MP_BETA2],
-                                  (float)m->hp[FP4RL_MP_ADAM_EPS], (float)m->hp[FP4RL_MP_WEIGHT_DECAY], m->step + 1);
-    if (!st) st = ctx->be->download(ctx, &norm, m->scalar + 1, sizeof norm);
-    if (st) return st;
-    m->step++;
-    if (loss) *loss = l;
-    if (grad_norm) *grad_norm = norm;
-    return FP4RL_OK;
+    if (!st) st = fp4rl_model_run(m, tokens, lengths, loss_mask, B, T, NULL, NULL, 1, &l, NULL, 1.0f, fn);
+    if (!st) st = fp4rl_model_update(m, m->hp[FP4RL_MP_LR], m->hp[FP4RL_MP_WEIGHT_DECAY], m->hp[FP4RL_MP_GRAD_CLIP], grad_norm);
+    if (!st && loss) *loss = l;
+    return st;
 }

@@ -89,11 +89,26 @@ FP4RL_HIDDEN fp4rl_status fp4rl_linear_backward(fp4rl_model *m, fp4rl_arena *a, 
                                                 const fp4rl_linear_saved *sv, float *dx, float *dw, float *db, float *dy,
                                                 float *x, float *w, int64_t N, int64_t IN, int64_t OUT);
 
-/* core/model_forward.c: the forward pass over a batch, and optionally the backward pass of the
- * masked next-token loss. logits_out (host, [B, T, V]) and logprobs_out (host, [B, T]) are optional;
- * with `backward` the gradients are zeroed and then accumulated, and *loss is set. */
+/* A per-token loss on the log-probs, for the RL objective: given logp and entropy of every row
+ * n = b * T + t (the prediction of token t + 1; 0 for rows without a target), fill dlogp (zeroed)
+ * and *loss. Host arrays of B * T floats. */
+typedef struct fp4rl_loss_hook {
+    fp4rl_status (*fn)(void *user, const float *logp, const float *entropy, float *dlogp, double *loss);
+    void *user;
+} fp4rl_loss_hook;
+
+/* core/model_forward.c: the forward pass over a batch, and optionally the backward pass of a loss.
+ * logits_out (host, [B, T, V]) and logprobs_out (host, [B, T]) are optional. With `backward` the
+ * gradients are zeroed and then accumulated and *loss is set; the loss is the masked next-token
+ * cross-entropy, or the hook's when hook is not NULL. Logits are divided by `temperature` before
+ * log-probs and the loss (1 = none; the logits output is never scaled). */
 FP4RL_HIDDEN fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths,
                                           const float *loss_mask, int64_t B, int64_t T, float *logits_out,
-                                          float *logprobs_out, int backward, double *loss, const char *fn);
+                                          float *logprobs_out, int backward, double *loss,
+                                          const fp4rl_loss_hook *hook, float temperature, const char *fn);
+
+/* core/model.c: clip the gradients' global norm (clip > 0), one AdamW step on all parameters
+ * with the model's betas and eps, step + 1. *grad_norm gets the norm before clipping. */
+FP4RL_HIDDEN fp4rl_status fp4rl_model_update(fp4rl_model *m, double lr, double weight_decay, double clip, double *grad_norm);
 
 #endif

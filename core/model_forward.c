@@ -47,7 +47,7 @@ static fp4rl_status check_batch(const fp4rl_model *m, const int32_t *tokens, con
 
 fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, const float *loss_mask,
                              int64_t B, int64_t T, float *logits_out, float *logprobs_out, int backward, double *loss,
-                             const char *fn)
+                             const fp4rl_loss_hook *hook, float temperature, const char *fn)
 {
     fp4rl_status st = check_batch(m, tokens, lengths, B, T, fn);
     if (st) return st;
@@ -135,6 +135,7 @@ fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_
         for (int64_t b = 0; b < B; b++) /* rows past a length are padding */
             memset(logits_out + (b * T + h_len[b]) * V, 0, (size_t)((T - h_len[b]) * V) * sizeof(float));
     }
+    if (temperature != 1.0f) TRY(ops->scale(ctx, logits, N * V, 1.0f / temperature));
     if (logprobs_out) {
         float *h = malloc((size_t)N * sizeof(float));
         if (!h) { st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn); goto done; }
@@ -150,15 +151,39 @@ fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_
     }
     if (!backward) goto done;
 
-    /* ---- backward of the masked next-token cross-entropy ---- */
-    TRY(ops->cross_entropy_forward(ctx, m->scalar, lse, logits, d_tgt, d_mask, N, V));
-    float lh = 0, one = 1.0f;
-    TRY(ctx->be->download(ctx, &lh, m->scalar, sizeof lh));
-    TRY(ctx->be->upload(ctx, m->scalar + 2, &one, sizeof one));
+    /* ---- backward of the loss ---- */
     TRY(ctx->be->memset0(ctx, m->g, (size_t)m->total * sizeof(float)));
     float *dlogits = fp4rl_arena_zeros(&a, N * V), *dlnf = fp4rl_arena_zeros(&a, N * C), *dres = fp4rl_arena_zeros(&a, N * C);
     if (a.st) goto arena_fail;
-    TRY(ops->cross_entropy_backward(ctx, dlogits, m->scalar + 2, logits, d_tgt, d_mask, lse, N, V));
+    double lh = 0;
+    if (hook) { /* the caller's loss on the token log-probs */
+        float *ent = fp4rl_arena_f32(&a, N), *dlogp = fp4rl_arena_f32(&a, N);
+        float *h = malloc((size_t)N * 3 * sizeof(float));
+        if (a.st || !h) {
+            free(h);
+            st = a.st ? a.st : fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+            goto done;
+        }
+        st = ops->logprobs_forward(ctx, logp, ent, lse, logits, d_tgt, N, V);
+        if (!st) st = ctx->be->download(ctx, h, logp, (size_t)N * sizeof(float));
+        if (!st) st = ctx->be->download(ctx, h + N, ent, (size_t)N * sizeof(float));
+        if (!st) {
+            memset(h + 2 * N, 0, (size_t)N * sizeof(float));
+            st = hook->fn(hook->user, h, h + N, h + 2 * N, &lh);
+        }
+        if (!st) st = ctx->be->upload(ctx, dlogp, h + 2 * N, (size_t)N * sizeof(float));
+        if (!st) st = ops->logprobs_backward(ctx, dlogits, dlogp, NULL, logits, d_tgt, lse, ent, N, V);
+        free(h);
+        if (st) goto done;
+    } else { /* the masked next-token cross-entropy */
+        float lf = 0, one = 1.0f;
+        TRY(ops->cross_entropy_forward(ctx, m->scalar, lse, logits, d_tgt, d_mask, N, V));
+        TRY(ctx->be->download(ctx, &lf, m->scalar, sizeof lf));
+        TRY(ctx->be->upload(ctx, m->scalar + 2, &one, sizeof one));
+        TRY(ops->cross_entropy_backward(ctx, dlogits, m->scalar + 2, logits, d_tgt, d_mask, lse, N, V));
+        lh = lf;
+    }
+    if (temperature != 1.0f) TRY(ops->scale(ctx, dlogits, N * V, 1.0f / temperature));
     TRY(fp4rl_linear_backward(m, &a, &s_head, &sv_head, dlnf, fp4rl_model_g(m, p_head), NULL, dlogits, lnf,
                    fp4rl_model_w(m, p_head), N, C, V));
     TRY(ops->rmsnorm_backward(ctx, dres, fp4rl_model_g(m, p_norm), dlnf, x, fp4rl_model_w(m, p_norm), rstdf, N, C));
@@ -218,7 +243,7 @@ fp4rl_status fp4rl_model_logits(fp4rl_model *m, const int32_t *tokens, const int
     if (B >= 1 && T >= 1 && bytes / sizeof(float) / (size_t)m->cfg.vocab_size / (size_t)T < (size_t)B)
         return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: logits holds %zu bytes; [%lld, %lld, %lld] floats need more", fn, bytes,
                           (long long)B, (long long)T, (long long)m->cfg.vocab_size);
-    return fp4rl_model_run(m, tokens, lengths, NULL, B, T, logits, NULL, 0, NULL, fn);
+    return fp4rl_model_run(m, tokens, lengths, NULL, B, T, logits, NULL, 0, NULL, NULL, 1.0f, fn);
 }
 
 fp4rl_status fp4rl_model_token_logprobs(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, int64_t B,
@@ -232,5 +257,5 @@ fp4rl_status fp4rl_model_token_logprobs(fp4rl_model *m, const int32_t *tokens, c
     if (B >= 1 && T >= 1 && bytes / sizeof(float) / (size_t)T < (size_t)B)
         return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: logprobs holds %zu bytes; [%lld, %lld] floats need more", fn, bytes,
                           (long long)B, (long long)T);
-    return fp4rl_model_run(m, tokens, lengths, NULL, B, T, NULL, logprobs, 0, NULL, fn);
+    return fp4rl_model_run(m, tokens, lengths, NULL, B, T, NULL, logprobs, 0, NULL, NULL, 1.0f, fn);
 }

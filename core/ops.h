@@ -142,6 +142,33 @@ typedef struct fp4rl_ops {
     fp4rl_status (*grad_norm)(fp4rl_context *ctx, float *norm, const float *g, int64_t n);
     /* g *= min(1, max_norm / (norm[0] + 1e-6)) (PyTorch clip_grad_norm_), norm read on device. */
     fp4rl_status (*grad_clip)(fp4rl_context *ctx, float *g, int64_t n, const float *norm, float max_norm);
+
+    /* ---- rollout (decode with a KV cache) -------------------------------------------------
+     * cache [B, Tmax, W]: cache[b, t, :] = src[b, :] for the decode step at position t. */
+    fp4rl_status (*kv_write)(fp4rl_context *ctx, float *cache, const float *src, int64_t B, int64_t Tmax, int64_t W,
+                             int64_t t);
+    /* One query per sequence against its cached keys 0..len-1 (the current one included):
+     * q, out [B, Hq, D]; kc, vc [B, Tmax, Hkv, D]; softmax in FP32, scale 1/sqrt(D), GQA as above. */
+    fp4rl_status (*attention_decode)(fp4rl_context *ctx, float *out, const float *q, const float *kc, const float *vc,
+                                     int64_t B, int64_t Tmax, int64_t len, int64_t Hq, int64_t Hkv, int64_t D);
+    /* Rollout-ResQ sparsity on the quantized residual r [N, K], in place (recipes.md section 2):
+     * FP4RL_RESQ_DENSE keeps all; _2_4 keeps the 2 largest magnitudes of every 4 consecutive
+     * elements of a row (ties: lower index; a tail shorter than 4 keeps its 2 largest);
+     * _CHANNEL_50 keeps the ceil(K/2) columns of largest L2 norm over the N rows (ties: lower index);
+     * _BLOCK_50 tiles r into 32-row x 64-column tiles and keeps the ceil(tiles/2) of largest L2 norm. */
+    fp4rl_status (*resq_mask)(fp4rl_context *ctx, float *r, int64_t N, int64_t K, int pattern);
+    /* Samples one token per row of logits [B, V] from softmax(logits / temperature), restricted to
+     * the top_k largest logits when 0 < top_k < V (ties at the k-th value are kept), by inverse CDF
+     * in vocabulary order with the uniform u = fp4rl_sr_uniform(seed, offset, b). Writes the token
+     * and its log-probability under the full softmax(logits / temperature) (not renormalised to the
+     * top k): the probability the trainer's numerics are compared against. temperature > 0. */
+    fp4rl_status (*sample)(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B, int64_t V,
+                           float temperature, int64_t top_k, uint64_t seed, uint64_t offset);
+    /* counts[0] += #{i : x[i] != 0}, counts[1] += #{i : x[i] != 0 and xq[i] == 0} (FP32 sums of
+     * counts, exact below 2^24 per call). */
+    fp4rl_status (*underflow_count)(fp4rl_context *ctx, float *counts, const float *x, const float *xq, int64_t n);
+    /* x *= alpha (the sampling temperature on logits, and its chain rule). */
+    fp4rl_status (*scale)(fp4rl_context *ctx, float *x, int64_t n, float alpha);
 } fp4rl_ops;
 
 FP4RL_HIDDEN extern const fp4rl_ops fp4rl_cpu_ops;

@@ -62,4 +62,16 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_grad_norm(fp4rl_context *ctx, float *norm, c
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_grad_clip(fp4rl_context *ctx, float *g, int64_t n, const float *norm,
                                               float max_norm);
 
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_kv_write(fp4rl_context *ctx, float *cache, const float *src, int64_t B, int64_t Tmax,
+                                             int64_t W, int64_t t);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_attention_decode(fp4rl_context *ctx, float *out, const float *q, const float *kc,
+                                                     const float *vc, int64_t B, int64_t Tmax, int64_t len, int64_t Hq,
+                                                     int64_t Hkv, int64_t D);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_resq_mask(fp4rl_context *ctx, float *r, int64_t N, int64_t K, int pattern);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_sample(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B,
+                                           int64_t V, float temperature, int64_t top_k, uint64_t seed, uint64_t offset);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_underflow_count(fp4rl_context *ctx, float *counts, const float *x, const float *xq,
+                                                    int64_t n);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_scale(fp4rl_context *ctx, float *x, int64_t n, float alpha);
+
 #endif

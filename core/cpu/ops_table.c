@@ -25,4 +25,10 @@ const fp4rl_ops fp4rl_cpu_ops = {
     .adamw_update = fp4rl_cpu_adamw_update,
     .grad_norm = fp4rl_cpu_grad_norm,
     .grad_clip = fp4rl_cpu_grad_clip,
+    .kv_write = fp4rl_cpu_kv_write,
+    .attention_decode = fp4rl_cpu_attention_decode,
+    .resq_mask = fp4rl_cpu_resq_mask,
+    .sample = fp4rl_cpu_sample,
+    .underflow_count = fp4rl_cpu_underflow_count,
+    .scale = fp4rl_cpu_scale,
 };

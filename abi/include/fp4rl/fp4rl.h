@@ -270,8 +270,9 @@ FP4RL_API const char *fp4rl_qparam_name(fp4rl_qparam param);
  * rounding and 2D tiles they are bit-identical. */
 FP4RL_API fp4rl_status fp4rl_quantize(fp4rl_tensor **out, fp4rl_context *ctx, const fp4rl_tensor *src,
                                       fp4rl_dtype format, const fp4rl_quant_policy *policy, fp4rl_role role);
-/* Dequantizes to a dense F32 or BF16 tensor of the same shape (exact in F32; BF16 is exact for
- * the FP4 formats except where the block scale puts values outside BF16's range). */
+/* Dequantizes to a dense F32 or BF16 tensor of the same shape. F32 is exact (value(code) x scale).
+ * BF16 is the round-to-nearest-even of the F32 result: exact for MXFP4 and HiF4 inside BF16's range,
+ * not in general for NVFP4 (whose per-tensor f32 scale g is arbitrary) or MXFP8. */
 FP4RL_API fp4rl_status fp4rl_dequantize(fp4rl_tensor **out, fp4rl_context *ctx, const fp4rl_tensor *q, fp4rl_dtype dtype);
 /* Transposes a 2-dim tensor. Dense: a plain transpose. 2D-tiled quantized: a reshuffle of codes
  * and scales, bit-identical to quantizing the transposed source with nearest rounding. 1D-quantized:
@@ -374,6 +375,94 @@ FP4RL_API fp4rl_status fp4rl_model_param_shape(const fp4rl_model *m, const char 
 FP4RL_API fp4rl_status fp4rl_model_get_param(const fp4rl_model *m, const char *name, float *dst, size_t dst_bytes);
 FP4RL_API fp4rl_status fp4rl_model_get_grad(const fp4rl_model *m, const char *name, float *dst, size_t dst_bytes);
 FP4RL_API fp4rl_status fp4rl_model_set_param(fp4rl_model *m, const char *name, const float *src, size_t src_bytes);
+
+/* ---------------------------------------------------------------------------------------------
+ * The RL session: one complete end-to-end FP4 RL step (shared/spec/recipes.md section 3):
+ * sync the rollout weights, sample G completions per prompt in the rollout numerics (FP4
+ * weights/activations, Rollout-ResQ), reward them, GRPO advantages, the trainer's log-probs,
+ * the TIS-weighted clipped loss, backward in the training numerics, AdamW.
+ *
+ * Prompts are passed in CSR form: prompt p is prompts[prompt_offsets[p] .. prompt_offsets[p+1]),
+ * prompt_offsets has n_prompts + 1 entries, starting at 0. A prompt holds >= 1 token; its length
+ * plus FP4RL_RL_MAX_NEW_TOKENS must fit the model's max_position_embeddings.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct fp4rl_rl_session fp4rl_rl_session;
+
+/* The reward of one completion. Return 0 and set *reward (finite) on success; a non-zero return
+ * or a NaN reward stops the step with FP4RL_ERR_CALLBACK and leaves the model and the optimizer
+ * exactly as before the step. `prompt_index` is the prompt's index in the step's batch. */
+typedef int (*fp4rl_reward_fn)(void *user, size_t prompt_index, const int32_t *prompt, size_t prompt_len,
+                               const int32_t *completion, size_t completion_len, double *reward);
+
+/* Hyper-parameters, (enum, value) with bounds; defaults in brackets. */
+typedef enum fp4rl_rlparam {
+    FP4RL_RL_GROUP_SIZE = 0,      /* completions per prompt, 2..1024 [8] */
+    FP4RL_RL_MAX_NEW_TOKENS = 1,  /* 1..65536 [64] */
+    FP4RL_RL_TEMPERATURE = 2,     /* (0, 100] [1.0]; the trainer divides its logits by it too */
+    FP4RL_RL_TOP_K = 3,           /* 0 = off, else 1..vocab [0] */
+    FP4RL_RL_LR = 4,              /* AdamW learning rate, > 0 [1e-6] */
+    FP4RL_RL_WEIGHT_DECAY = 5,    /* >= 0 [0] */
+    FP4RL_RL_CLIP_LOW = 6,        /* eps_low, [0, 1) [0.2] */
+    FP4RL_RL_CLIP_HIGH = 7,       /* eps_high, >= 0 [0.2] */
+    FP4RL_RL_TIS_CAP = 8,         /* C of truncated importance sampling, 0 = TIS off, else >= 1 [5] */
+    FP4RL_RL_KL_COEF = 9,         /* beta of the k3 KL to the weights at the first step, >= 0 [0] */
+    FP4RL_RL_LOSS_AGG = 10,       /* 0 = mean over a completion's tokens, then over completions [0];
+                                     1 = mean over all tokens */
+    FP4RL_RL_ADV_NORM = 11,       /* 1 = divide by the group's std (GRPO) [1]; 0 = Dr. GRPO */
+    FP4RL_RL_MINIBATCHES = 12,    /* optimizer steps per epoch, 1..n_prompts*G [1] */
+    FP4RL_RL_EPOCHS = 13,         /* passes over the rollout, 1..100 [1] */
+    FP4RL_RL_GRAD_CLIP = 14,      /* global-norm clip, 0 = off [1.0] */
+    FP4RL_RL_SEED = 15            /* seed of sampling, 0 .. 2^53 [0] */
+} fp4rl_rlparam;
+#define FP4RL_RL_PARAM_COUNT 16
+
+/* Creates a session that trains `model` (borrowed: it must outlive the session and belong to
+ * `ctx`) with `policy` (copied; it becomes the model's policy). */
+FP4RL_API fp4rl_status fp4rl_rl_session_create(fp4rl_rl_session **out, fp4rl_context *ctx, fp4rl_model *model,
+                                               const fp4rl_quant_policy *policy);
+FP4RL_API void fp4rl_rl_session_destroy(fp4rl_rl_session *s);
+FP4RL_API fp4rl_status fp4rl_rl_session_set(fp4rl_rl_session *s, fp4rl_rlparam param, double value);
+FP4RL_API fp4rl_status fp4rl_rl_session_get(const fp4rl_rl_session *s, fp4rl_rlparam param, double *value);
+/* The stop token ids (copied; n may be 0). A completion ends with, and includes, the first. */
+FP4RL_API fp4rl_status fp4rl_rl_session_set_stop_tokens(fp4rl_rl_session *s, const int32_t *ids, size_t n);
+
+/* One complete step. On any error the model and optimizer are as before the step. */
+FP4RL_API fp4rl_status fp4rl_rl_session_step(fp4rl_rl_session *s, const int32_t *prompts, const size_t *prompt_offsets,
+                                             size_t n_prompts, fp4rl_reward_fn reward_fn, void *user);
+
+/* The split form, for trainers that compute rewards themselves: rollout, read the completions,
+ * set one reward per completion, train. Completion i belongs to prompt i / G. */
+FP4RL_API fp4rl_status fp4rl_rl_session_rollout(fp4rl_rl_session *s, const int32_t *prompts,
+                                                const size_t *prompt_offsets, size_t n_prompts);
+FP4RL_API fp4rl_status fp4rl_rl_session_num_completions(const fp4rl_rl_session *s, size_t *n);
+/* Copies completion i: its length (always), and when the buffers are not NULL its tokens and their
+ * rollout log-probs (cap elements each; FP4RL_ERR_SHAPE when cap < length), and its prompt index. */
+FP4RL_API fp4rl_status fp4rl_rl_session_completion(const fp4rl_rl_session *s, size_t i, int32_t *tokens, float *logprobs,
+                                                   size_t cap, size_t *length, size_t *prompt_index);
+FP4RL_API fp4rl_status fp4rl_rl_session_set_rewards(fp4rl_rl_session *s, const double *rewards, size_t n);
+FP4RL_API fp4rl_status fp4rl_rl_session_train(fp4rl_rl_session *s);
+
+/* Metrics of the last step, by name (recipes.md section 3: "reward/mean", "pg/loss", "tis/mean",
+ * "mismatch/logp_abs_diff_mean", "quant/act_zero_frac", "perf/rollout_tokens_per_s", ...).
+ * An unknown name is FP4RL_ERR_INVALID_ARGUMENT. */
+FP4RL_API fp4rl_status fp4rl_rl_session_metric(const fp4rl_rl_session *s, const char *name, double *value);
+/* The name of metric i (0 .. count-1), or NULL. */
+FP4RL_API const char *fp4rl_rl_session_metric_name(size_t i);
+/* The last step's metrics as one JSON object ({"step": N, "reward/mean": ..., ...}) into buf
+ * (NUL-terminated); *needed gets the size it needs. FP4RL_ERR_SHAPE when buf_size is too small. */
+FP4RL_API fp4rl_status fp4rl_rl_session_metrics_json(const fp4rl_rl_session *s, char *buf, size_t buf_size, size_t *needed);
+/* Appends each step's metrics JSON as a line to this file (NULL stops). */
+FP4RL_API fp4rl_status fp4rl_rl_session_set_metrics_file(fp4rl_rl_session *s, const char *jsonl_path);
+/* The number of completed steps. */
+FP4RL_API fp4rl_status fp4rl_rl_session_step_count(const fp4rl_rl_session *s, int64_t *steps);
+
+/* Saves the full state (master weights, optimizer moments, step, random state, policy,
+ * hyper-parameters, stop tokens, config) to directory `dir`, atomically: it is written as a new
+ * directory and renamed into place, so a crash never destroys the previous checkpoint. */
+FP4RL_API fp4rl_status fp4rl_rl_session_save(const fp4rl_rl_session *s, const char *dir);
+/* Restores a checkpoint saved by fp4rl_rl_session_save into this session and its model (same
+ * model config). Resuming continues bit-identically on the CPU. On error nothing changes. */
+FP4RL_API fp4rl_status fp4rl_rl_session_load(fp4rl_rl_session *s, const char *dir);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,310 @@
+/*
+ * checkpoint.c - the RL session's full state in a directory:
+ *   model.safetensors      master weights, HF names (loadable by HF transformers too)
+ *   optimizer.safetensors  AdamW moments "adam_m", "adam_v" (and "ref_w", the KL reference)
+ *   state.json             steps, random state, hyper-parameters, policy, stop tokens, config
+ * Written atomically: everything goes into a fresh sibling directory, fsync'd, which is then
+ * renamed into place (the old one moved aside first and removed last), so a crash at any point
+ * leaves a complete checkpoint at `dir` or at `dir.old`, which fp4rl_rl_session_load also reads.
+ */
+#define _GNU_SOURCE /* mkdtemp, fsync, nftw */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "safetensors.h"
+#include "session.h"
+
+#define STATE_FORMAT "fp4rl-rl-checkpoint"
+#define STATE_VERSION 1
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb; (void)flag; (void)ftw;
+    return remove(path);
+}
+static void rm_tree(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static fp4rl_status fsync_path(const char *path, const char *fn)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0 || fsync(fd) != 0) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return fp4rl_fail(FP4RL_ERR_IO, "%s: fsync %s: %s", fn, path, strerror(e));
+    }
+    close(fd);
+    return FP4RL_OK;
+}
+
+static char *state_json(const fp4rl_rl_session *s)
+{
+    const fp4rl_model *m = s->model;
+    uint64_t seed, off;
+    fp4rl_context_get_rng(s->ctx, &seed, &off);
+    cJSON *root = cJSON_CreateObject();
+    char num[32];
+    cJSON_AddStringToObject(root, "format", STATE_FORMAT);
+    cJSON_AddNumberToObject(root, "version", STATE_VERSION);
+    cJSON_AddNumberToObject(root, "session_steps", (double)s->steps);
+    cJSON_AddNumberToObject(root, "model_step", (double)m->step);
+    /* 64-bit counters as decimal strings: JSON numbers are doubles */
+    snprintf(num, sizeof num, "%llu", (unsigned long long)seed);
+    cJSON_AddStringToObject(root, "context_seed", num);
+    snprintf(num, sizeof num, "%llu", (unsigned long long)off);
+    cJSON_AddStringToObject(root, "context_rng_offset", num);
+    snprintf(num, sizeof num, "%llu", (unsigned long long)s->sample_offset);
+    cJSON_AddStringToObject(root, "sample_offset", num);
+    cJSON *hp = cJSON_AddArrayToObject(root, "session_params");
+    for (int i = 0; i < FP4RL_RL_PARAM_COUNT; i++) cJSON_AddItemToArray(hp, cJSON_CreateNumber(s->hp[i]));
+    cJSON *mh = cJSON_AddArrayToObject(root, "model_params");
+    for (int i = 0; i < FP4RL_MP_COUNT; i++) cJSON_AddItemToArray(mh, cJSON_CreateNumber(m->hp[i]));
+    cJSON *pol = cJSON_AddArrayToObject(root, "policy");
+    for (int i = 0; i < FP4RL_QP_COUNT; i++)
+        cJSON_AddItemToArray(pol, cJSON_CreateNumber((double)fp4rl_policy_value(m->policy, (fp4rl_qparam)i)));
+    cJSON *stop = cJSON_AddArrayToObject(root, "stop_tokens");
+    for (size_t i = 0; i < s->n_stop; i++) cJSON_AddItemToArray(stop, cJSON_CreateNumber(s->stop[i]));
+    cJSON_AddBoolToObject(root, "has_ref", s->ref_w != NULL);
+    char *cfg = NULL;
+    if (fp4rl_hf_config_to_json(&m->cfg, &cfg) == FP4RL_OK) {
+        cJSON_AddItemToObject(root, "config", cJSON_Parse(cfg));
+        free(cfg);
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+static fp4rl_status write_file_synced(const char *path, const char *text, const char *fn)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return fp4rl_fail(FP4RL_ERR_IO, "%s: cannot create %s: %s", fn, path, strerror(errno));
+    int ok = fwrite(text, 1, strlen(text), f) == strlen(text) && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int e = errno;
+    if (fclose(f) != 0) ok = 0;
+    return ok ? FP4RL_OK : fp4rl_fail(FP4RL_ERR_IO, "%s: writing %s: %s", fn, path, strerror(e));
+}
+
+fp4rl_status fp4rl_session_save(const fp4rl_rl_session *s, const char *dir)
+{
+    const char *fn = "fp4rl_rl_session_save";
+    const fp4rl_model *m = s->model;
+    fp4rl_context *ctx = s->ctx;
+    const size_t n = strlen(dir);
+    if (n == 0 || n > 3500) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: dir is empty or too long", fn);
+    char tmp[4096], old[4096], path[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", dir);
+    if (!mkdtemp(tmp)) return fp4rl_fail(FP4RL_ERR_IO, "%s: cannot create a directory next to %s: %s", fn, dir, strerror(errno));
+    fp4rl_status st;
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    st = fp4rl_model_save(m, path, FP4RL_DTYPE_F32);
+    /* optimizer moments (and the KL reference), straight from the device */
+    const size_t bytes = (size_t)m->total * sizeof(float);
+    float *host = st ? NULL : malloc(bytes * 3);
+    if (!st && !host) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    if (!st) st = ctx->be->download(ctx, host, m->adam_m, bytes);
+    if (!st) st = ctx->be->download(ctx, host + m->total, m->adam_v, bytes);
+    if (!st && s->ref_w) st = ctx->be->download(ctx, host + 2 * m->total, s->ref_w, bytes);
+    if (!st) {
+        const int64_t shape[1] = {m->total};
+        const fp4rl_st_write_entry e[3] = {{"adam_m", FP4RL_DTYPE_F32, 1, shape, host, 0},
+                                           {"adam_v", FP4RL_DTYPE_F32, 1, shape, host + m->total, 0},
+                                           {"ref_w", FP4RL_DTYPE_F32, 1, shape, host + 2 * m->total, 0}};
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
+        st = fp4rl_st_write_path(path, e, s->ref_w ? 3 : 2, NULL, 0);
+    }
+    free(host);
+    if (!st) {
+        char *text = state_json(s);
+        snprintf(path, sizeof path, "%s/state.json", tmp);
+        st = text ? write_file_synced(path, text, fn) : fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        free(text);
+    }
+    if (!st) st = fsync_path(tmp, fn);
+    /* swap it into place */
+    snprintf(old, sizeof old, "%s.old", dir);
+    struct stat sb;
+    const int had = stat(dir, &sb) == 0;
+    if (!st && had) {
+        rm_tree(old);
+        if (rename(dir, old) != 0) st = fp4rl_fail(FP4RL_ERR_IO, "%s: cannot move the previous checkpoint %s aside: %s", fn, dir, strerror(errno));
+    }
+    if (!st && rename(tmp, dir) != 0) {
+        st = fp4rl_fail(FP4RL_ERR_IO, "%s: cannot rename %s to %s: %s", fn, tmp, dir, strerror(errno));
+        if (had) rename(old, dir); /* put the previous one back */
+    }
+    if (st) {
+        rm_tree(tmp);
+        return st;
+    }
+    /* the parent directory records the renames */
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) *slash = 0;
+    else snprintf(parent, sizeof parent, "%s", slash ? "/" : ".");
+    fsync_path(parent, fn);
+    if (had) rm_tree(old);
+    return FP4RL_OK;
+}
+
+/* ---- load ---- */
+static fp4rl_status parse_u64(const cJSON *root, const char *key, uint64_t *out, const char *fn, const char *file)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    char *end = NULL;
+    if (!cJSON_IsString(v) || !v->valuestring[0]) return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"%s\" is missing or not a string", fn, file, key);
+    errno = 0;
+    unsigned long long x = strtoull(v->valuestring, &end, 10);
+    if (errno || *end || v->valuestring[0] == '-') return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"%s\" is not a decimal u64", fn, file, key);
+    *out = (uint64_t)x;
+    return FP4RL_OK;
+}
+
+static fp4rl_status number_array(const cJSON *root, const char *key, double *out, int n, const char *fn, const char *file)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"%s\" must be an array of %d numbers", fn, file, key, n);
+    for (int i = 0; i < n; i++) {
+        const cJSON *v = cJSON_GetArrayItem(a, i);
+        if (!cJSON_IsNumber(v)) return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"%s\"[%d] is not a number", fn, file, key, i);
+        out[i] = v->valuedouble;
+    }
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
+{
+    const char *fn = "fp4rl_rl_session_load";
+    fp4rl_model *m = s->model;
+    fp4rl_context *ctx = s->ctx;
+    char base[4096], path[4200];
+    struct stat sb;
+    snprintf(base, sizeof base, "%s", dir);
+    if (stat(base, &sb) != 0) { /* a crash between the two renames of a save leaves dir.old */
+        snprintf(base, sizeof base, "%s.old", dir);
+        if (stat(base, &sb) != 0) return fp4rl_fail(FP4RL_ERR_IO, "%s: no checkpoint at %s", fn, dir);
+    }
+    snprintf(path, sizeof path, "%s/state.json", base);
+    uint8_t *text = NULL;
+    size_t len = 0;
+    fp4rl_status st = fp4rl_read_file(path, 1u << 24, &text, &len, fn);
+    if (st) return st;
+    cJSON *root = cJSON_ParseWithLength((const char *)text, len);
+    free(text);
+    if (!root) return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s is not valid JSON", fn, path);
+    double steps = 0, mstep = 0, hp[FP4RL_RL_PARAM_COUNT], mh[FP4RL_MP_COUNT], pol[FP4RL_QP_COUNT];
+    uint64_t seed = 0, off = 0, soff = 0;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format"), *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, STATE_FORMAT) != 0 || !cJSON_IsNumber(ver) || ver->valuedouble != STATE_VERSION)
+        st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s is not an fp4rl RL checkpoint of version %d", fn, path, STATE_VERSION);
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(root, "session_steps"), *jm = cJSON_GetObjectItemCaseSensitive(root, "model_step");
+    if (!st && (!cJSON_IsNumber(js) || !cJSON_IsNumber(jm) || js->valuedouble < 0 || jm->valuedouble < 0))
+        st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: session_steps / model_step missing or negative", fn, path);
+    if (!st) { steps = js->valuedouble; mstep = jm->valuedouble; }
+    if (!st) st = parse_u64(root, "context_seed", &seed, fn, path);
+    if (!st) st = parse_u64(root, "context_rng_offset", &off, fn, path);
+    if (!st) st = parse_u64(root, "sample_offset", &soff, fn, path);
+    if (!st) st = number_array(root, "session_params", hp, FP4RL_RL_PARAM_COUNT, fn, path);
+    if (!st) st = number_array(root, "model_params", mh, FP4RL_MP_COUNT, fn, path);
+    if (!st) st = number_array(root, "policy", pol, FP4RL_QP_COUNT, fn, path);
+    /* the checkpoint must be of this model's shape */
+    if (!st) {
+        const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
+        char *ctext = cfg ? cJSON_PrintUnformatted(cfg) : NULL;
+        fp4rl_hf_config c;
+        st = ctext ? fp4rl_hf_config_parse(&c, ctext, strlen(ctext)) : fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s has no config", fn, path);
+        free(ctext);
+        if (!st && (c.vocab_size != m->cfg.vocab_size || c.hidden_size != m->cfg.hidden_size ||
+                    c.intermediate_size != m->cfg.intermediate_size || c.num_hidden_layers != m->cfg.num_hidden_layers ||
+                    c.num_attention_heads != m->cfg.num_attention_heads || c.num_key_value_heads != m->cfg.num_key_value_heads ||
+                    c.tie_word_embeddings != m->cfg.tie_word_embeddings))
+            st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the checkpoint at %s is of another model shape", fn, base);
+    }
+    /* new objects first; the live state changes only when everything is in hand */
+    fp4rl_quant_policy *np = NULL;
+    int32_t *stop = NULL;
+    size_t n_stop = 0;
+    if (!st) st = fp4rl_quant_policy_create(&np);
+    for (int i = 0; !st && i < FP4RL_QP_COUNT; i++) {
+        /* a policy is validated by its setters; formats before tiles (a tile is checked against its format) */
+        static const int order[FP4RL_QP_COUNT] = {8, 9, 10, 11, 0, 1, 2, 3, 4, 5, 6, 7, 12, 13, 14};
+        st = fp4rl_quant_policy_set(np, (fp4rl_qparam)order[i], (int64_t)pol[order[i]]);
+        if (st) st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: policy: %s", fn, path, fp4rl_last_error());
+    }
+    const cJSON *js_stop = cJSON_GetObjectItemCaseSensitive(root, "stop_tokens");
+    if (!st && !cJSON_IsArray(js_stop)) st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: stop_tokens is not an array", fn, path);
+    if (!st && (n_stop = (size_t)cJSON_GetArraySize(js_stop)) > 0) {
+        stop = malloc(n_stop * sizeof *stop);
+        if (!stop) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        for (size_t i = 0; !st && i < n_stop; i++) {
+            const cJSON *v = cJSON_GetArrayItem(js_stop, (int)i);
+            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= (double)m->cfg.vocab_size)
+                st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: stop_tokens[%zu] is not a token id", fn, path, i);
+            else stop[i] = (int32_t)v->valuedouble;
+        }
+    }
+    const int has_ref = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "has_ref"));
+    cJSON_Delete(root);
+    /* tensors */
+    const size_t bytes = (size_t)m->total * sizeof(float);
+    float *host = st ? NULL : malloc(bytes * 4);
+    if (!st && !host) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    fp4rl_st *fw = NULL, *fo = NULL;
+    if (!st) {
+        snprintf(path, sizeof path, "%s/model.safetensors", base);
+        st = fp4rl_st_open_path(&fw, path);
+    }
+    for (int i = 0; !st && i < m->n_params; i++)
+        st = fp4rl_st_read_f32(fw, m->params[i].name, m->params[i].ndim, m->params[i].dims, host + m->params[i].offset);
+    if (!st) {
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", base);
+        st = fp4rl_st_open_path(&fo, path);
+    }
+    const int64_t shape[1] = {m->total};
+    if (!st) st = fp4rl_st_read_f32(fo, "adam_m", 1, shape, host + m->total);
+    if (!st) st = fp4rl_st_read_f32(fo, "adam_v", 1, shape, host + 2 * m->total);
+    if (!st && has_ref) st = fp4rl_st_read_f32(fo, "ref_w", 1, shape, host + 3 * m->total);
+    fp4rl_st_close(fw);
+    fp4rl_st_close(fo);
+    float *ref = NULL;
+    if (!st && has_ref && !s->ref_w) st = ctx->be->alloc(ctx, (void **)&ref, bytes);
+    if (st) {
+        if (ref) ctx->be->free(ctx, ref);
+        free(host);
+        free(stop);
+        fp4rl_quant_policy_destroy(np);
+        return st;
+    }
+    /* commit */
+    st = ctx->be->upload(ctx, m->w, host, bytes);
+    if (!st) st = ctx->be->upload(ctx, m->adam_m, host + m->total, bytes);
+    if (!st) st = ctx->be->upload(ctx, m->adam_v, host + 2 * m->total, bytes);
+    if (ref) s->ref_w = ref;
+    if (!st && has_ref) st = ctx->be->upload(ctx, s->ref_w, host + 3 * m->total, bytes);
+    if (!st && !has_ref && s->ref_w) {
+        ctx->be->free(ctx, s->ref_w);
+        s->ref_w = NULL;
+    }
+    free(host);
+    fp4rl_quant_policy_destroy(m->policy);
+    m->policy = np;
+    memcpy(m->hp, mh, sizeof mh);
+    m->step = (int64_t)mstep;
+    memcpy(s->hp, hp, sizeof hp);
+    free(s->stop);
+    s->stop = stop;
+    s->n_stop = n_stop;
+    s->steps = (int64_t)steps;
+    s->sample_offset = soff;
+    ctx->seed = seed;
+    ctx->rng_offset = off;
+    return st;
+}

@@ -1,0 +1,603 @@
+/*
+ * session.c - fp4rl_rl_session: the RL step of shared/spec/recipes.md section 3.
+ *   1-2 sync + rollout (core/rollout.c), 3 reward, 4 GRPO advantages, 5 log pi_old in the
+ *   training numerics, 6 the TIS-weighted clipped loss per token (core/grpo.c), 7 backward in the
+ *   training numerics + AdamW, 8 metrics.
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "grpo.h"
+#include "session.h"
+
+static const char *const metric_names[M_COUNT] = {
+    "reward/mean", "reward/std", "reward/max", "reward/min", "adv/zero_std_frac", "pg/loss", "pg/clipfrac_low",
+    "pg/clipfrac_high", "tis/mean", "tis/max", "tis/capped_frac", "mismatch/logp_abs_diff_mean",
+    "mismatch/logp_abs_diff_max", "mismatch/k3_kl", "entropy", "response_length/mean", "response_length/max",
+    "response_length/clipped_frac", "grad_norm", "lr", "quant/act_zero_frac", "perf/rollout_tokens_per_s",
+    "perf/train_tokens_per_s", "time/rollout_s", "time/train_s", "time/step_s", "kl/k3",
+};
+
+static const char *const param_names[FP4RL_RL_PARAM_COUNT] = {
+    "group_size", "max_new_tokens", "temperature", "top_k", "lr", "weight_decay", "clip_low", "clip_high",
+    "tis_cap", "kl_coef", "loss_agg", "adv_norm", "minibatches", "epochs", "grad_clip", "seed",
+};
+static const double param_defaults[FP4RL_RL_PARAM_COUNT] = {8, 64, 1.0, 0, 1e-6, 0, 0.2, 0.2, 5.0, 0, 0, 1, 1, 1, 1.0, 0};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static fp4rl_status check_session(const fp4rl_rl_session *s, const char *fn)
+{
+    if (!s) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: session is NULL", fn);
+    return fp4rl_check_ctx(s->ctx, fn);
+}
+
+static void clear_rollout(fp4rl_rl_session *s)
+{
+    fp4rl_rollout_result_free(&s->ro);
+    free(s->prompts);
+    free(s->offsets);
+    free(s->rewards);
+    s->prompts = NULL;
+    s->offsets = NULL;
+    s->rewards = NULL;
+    s->n_prompts = 0;
+    s->have_rollout = s->have_rewards = 0;
+}
+
+void fp4rl_rl_session_destroy(fp4rl_rl_session *s)
+{
+    if (!s) return;
+    clear_rollout(s);
+    if (s->ref_w) s->ctx->be->free(s->ctx, s->ref_w);
+    free(s->stop);
+    free(s->metrics_path);
+    free(s);
+}
+
+fp4rl_status fp4rl_rl_session_create(fp4rl_rl_session **out, fp4rl_context *ctx, fp4rl_model *model,
+                                     const fp4rl_quant_policy *policy)
+{
+    const char *fn = "fp4rl_rl_session_create";
+    if (!out) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    fp4rl_status st = fp4rl_check_ctx(ctx, fn);
+    if (st) return st;
+    if (!model) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: model is NULL", fn);
+    if (model->ctx != ctx) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the model belongs to another context", fn);
+    if (policy && (st = fp4rl_model_set_policy(model, policy))) return st;
+    fp4rl_rl_session *s = calloc(1, sizeof *s);
+    if (!s) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    s->ctx = ctx;
+    s->model = model;
+    memcpy(s->hp, param_defaults, sizeof s->hp);
+    *out = s;
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_rl_session_set(fp4rl_rl_session *s, fp4rl_rlparam p, double v)
+{
+    const char *fn = "fp4rl_rl_session_set";
+    fp4rl_status st = check_session(s, fn);
+    if (st) return st;
+    if ((int)p < 0 || (int)p >= FP4RL_RL_PARAM_COUNT)
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: unknown parameter %d (0 .. %d)", fn, (int)p, FP4RL_RL_PARAM_COUNT - 1);
+    const int integral = v == floor(v);
+    const char *allowed = NULL;
+    switch (p) {
+    case FP4RL_RL_GROUP_SIZE: if (!(integral && v >= 2 && v <= 1024)) allowed = "an integer in 2 .. 1024"; break;
+    case FP4RL_RL_MAX_NEW_TOKENS: if (!(integral && v >= 1 && v <= 65536)) allowed = "an integer in 1 .. 65536"; break;
+    case FP4RL_RL_TEMPERATURE: if (!(v > 0 && v <= 100)) allowed = "(0, 100]"; break;
+    case FP4RL_RL_TOP_K: if (!(integral && v >= 0 && v <= (double)s->model->cfg.vocab_size)) allowed = "0 (off) or an integer up to the vocabulary size"; break;
+    case FP4RL_RL_LR: if (!(v > 0 && isfinite(v))) allowed = "> 0"; break;
+    case FP4RL_RL_CLIP_LOW: if (!(v >= 0 && v < 1)) allowed = "[0, 1)"; break;
+    case FP4RL_RL_TIS_CAP: if (!(v == 0 || (v >= 1 && isfinite(v)))) allowed = "0 (off) or >= 1"; break;
+    case FP4RL_RL_LOSS_AGG: case FP4RL_RL_ADV_NORM: if (!(v == 0 || v == 1)) allowed = "0 or 1"; break;
+    case FP4RL_RL_MINIBATCHES: if (!(integral && v >= 1 && v <= 1e6)) allowed = "an integer >= 1"; break;
+    case FP4RL_RL_EPOCHS: if (!(integral && v >= 1 && v <= 100)) allowed = "an integer in 1 .. 100"; break;
+    case FP4RL_RL_SEED: if (!(integral && v >= 0 && v <= 9007199254740992.0)) allowed = "an integer in 0 .. 2^53"; break;
+    default: if (!(v >= 0 && isfinite(v))) allowed = ">= 0"; break; /* weight decay, clip high, KL, grad clip */
+    }
+    if (allowed) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %s = %g is out of range; allowed: %s", fn, param_names[p], v, allowed);
+    s->hp[p] = v;
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_rl_session_get(const fp4rl_rl_session *s, fp4rl_rlparam p, double *v)
+{
+    const char *fn = "fp4rl_rl_session_get";
+    fp4rl_status st = check_session(s, fn);
+    if (st) return st;
+    if (!v || (int)p < 0 || (int)p >= FP4RL_RL_PARAM_COUNT)
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: value is NULL or parameter %d unknown (0 .. %d)", fn, (int)p, FP4RL_RL_PARAM_COUNT - 1);
+    *v = s->hp[p];
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_rl_session_set_stop_tokens(fp4rl_rl_session *s, const int32_t *ids, size_t n)
+{
+    const char *fn = "fp4rl_rl_session_set_stop_tokens";
+    fp4rl_status st = check_session(s, fn);
+    if (st) return st;
+    if (n && !ids) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: ids is NULL", fn);
+    if (n > 1024) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %zu stop tokens; at most 1024", fn, n);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= s->model->cfg.vocab_size)
+            return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: ids[%zu] = %d is outside the vocabulary [0, %lld)", fn, i,
+                              ids[i], (long long)s->model->cfg.vocab_size);
+    int32_t *copy = n ? malloc(n * sizeof *copy) : NULL;
+    if (n && !copy) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    if (n) memcpy(copy, ids, n * sizeof *copy);
+    free(s->stop);
+    s->stop = copy;
+    s->n_stop = n;
+    return FP4RL_OK;
+}
+
+/* ---- rollout ---- */
+static fp4rl_status check_prompts(const fp4rl_rl_session *s, const int32_t *prompts, const size_t *offsets,
+                                  size_t n_prompts, const char *fn)
+{
+    if (!prompts || !offsets) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: prompts or prompt_offsets is NULL", fn);
+    if (n_prompts == 0) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: n_prompts is 0; a step needs at least one prompt", fn);
+    if (n_prompts > 1000000) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %zu prompts is too many", fn, n_prompts);
+    if (offsets[0] != 0) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: prompt_offsets[0] is %zu; it must be 0", fn, offsets[0]);
+    const int64_t ctx_len = s->model->cfg.max_position_embeddings, max_new = (int64_t)s->hp[FP4RL_RL_MAX_NEW_TOKENS];
+    for (size_t p = 0; p < n_prompts; p++) {
+        if (offsets[p + 1] <= offsets[p])
+            return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: prompt %zu is empty (prompt_offsets[%zu] = %zu, [%zu] = %zu); every prompt needs a token",
+                              fn, p, p, offsets[p], p + 1, offsets[p + 1]);
+        const size_t len = offsets[p + 1] - offsets[p];
+        if ((int64_t)len + max_new > ctx_len)
+            return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: prompt %zu has %zu tokens; with max_new_tokens %lld it exceeds the model's context of %lld",
+                              fn, p, len, (long long)max_new, (long long)ctx_len);
+        for (size_t i = offsets[p]; i < offsets[p + 1]; i++)
+            if (prompts[i] < 0 || prompts[i] >= s->model->cfg.vocab_size)
+                return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: prompt %zu token %zu is %d, outside the vocabulary [0, %lld)",
+                                  fn, p, i - offsets[p], prompts[i], (long long)s->model->cfg.vocab_size);
+    }
+    return FP4RL_OK;
+}
+
+static fp4rl_status do_rollout(fp4rl_rl_session *s, const int32_t *prompts, const size_t *offsets, size_t n_prompts,
+                               const char *fn)
+{
+    fp4rl_status st = check_session(s, fn);
+    if (!st) st = check_prompts(s, prompts, offsets, n_prompts, fn);
+    if (st) return st;
+    clear_rollout(s);
+    const size_t n_tok = offsets[n_prompts];
+    s->prompts = malloc(n_tok * sizeof(int32_t));
+    s->offsets = malloc((n_prompts + 1) * sizeof(size_t));
+    if (!s->prompts || !s->offsets) {
+        clear_rollout(s);
+        return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    memcpy(s->prompts, prompts, n_tok * sizeof(int32_t));
+    memcpy(s->offsets, offsets, (n_prompts + 1) * sizeof(size_t));
+    s->n_prompts = n_prompts;
+    fp4rl_rollout_cfg cfg = {
+        .group = (int64_t)s->hp[FP4RL_RL_GROUP_SIZE], .max_new = (int64_t)s->hp[FP4RL_RL_MAX_NEW_TOKENS],
+        .temperature = (float)s->hp[FP4RL_RL_TEMPERATURE], .top_k = (int64_t)s->hp[FP4RL_RL_TOP_K],
+        .stop = s->stop, .n_stop = (int64_t)s->n_stop, .seed = (uint64_t)s->hp[FP4RL_RL_SEED], .offset = s->sample_offset,
+    };
+    const double t0 = now_s();
+    st = fp4rl_rollout_run(s->model, &cfg, s->prompts, s->offsets, n_prompts, &s->ro);
+    if (st) {
+        clear_rollout(s);
+        return st;
+    }
+    s->rollout_s = now_s() - t0;
+    s->sample_offset = s->ro.offset_end;
+    s->have_rollout = 1;
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_rl_session_rollout(fp4rl_rl_session *s, const int32_t *prompts, const size_t *offsets, size_t n_prompts)
+{
+    return do_rollout(s, prompts, offsets, n_prompts, "fp4rl_rl_session_rollout");
+}
+
+fp4rl_status fp4rl_rl_session_num_completions(const fp4rl_rl_session *s, size_t *n)
+{
+    const char *fn = "fp4rl_rl_session_num_completions";
+    fp4rl_status st = check_session(s, fn);
+    if (st) return st;
+    if (!n) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: n is NULL", fn);
+    *n = s->have_rollout ? (size_t)s->ro.n_seqs : 0;
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_rl_session_completion(const fp4rl_rl_session *s, size_t i, int32_t *tokens, float *logprobs, size_t cap,
+                                         size_t *length, size_t *prompt_index)
+{
+    const char *fn = "fp4rl_rl_session_completion";
+    fp4rl_status st = check_session(s, fn);
+    if (st) return st;
+    if (!s->have_rollout) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: no rollout yet; call fp4rl_rl_session_rollout first", fn);
+    if (i >= (size_t)s->ro.n_seqs)
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: completion %zu does not exist (the rollout has %lld)", fn, i, (long long)s->ro.n_seqs);
+    if (!length) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: length is NULL", fn);
+    const size_t len = (size_t)s->ro.lengths[i];
+    if ((tokens || logprobs) && cap < len)
+        return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: completion %zu has %zu tokens; the buffers hold %zu", fn, i, len, cap);
+    if (tokens) memcpy(tokens, s->ro.tokens + i * (size_t)s->ro.max_new, len * sizeof(int32_t));
+    if (logprobs) memcpy(logprobs, s->ro.logprobs + i * (size_t)s->ro.max_new, len * sizeof(float));
+    *length = len;
+    if (prompt_index) *prompt_index = i / (size_t)s->hp[FP4RL_RL_GROUP_SIZE];
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_rl_session_set_rewards(fp4rl_rl_session *s, const double *rewards, size_t n)
+{
+    const char *fn = "fp4rl_rl_session_set_rewards";
+    fp4rl_status st = check_session(s, fn);
+    if (st) return st;
+    if (!s->have_rollout) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: no rollout yet; call fp4rl_rl_session_rollout first", fn);
+    if (!rewards) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: rewards is NULL", fn);
+    if (n != (size_t)s->ro.n_seqs)
+        return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: %zu rewards for %lld completions", fn, n, (long long)s->ro.n_seqs);
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(rewards[i]))
+            return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the reward of completion %zu (prompt %zu) is %g, not finite", fn, i,
+                              i / (size_t)s->hp[FP4RL_RL_GROUP_SIZE], rewards[i]);
+    double *copy = malloc(n * sizeof *copy);
+    if (!copy) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    memcpy(copy, rewards, n * sizeof *copy);
+    free(s->rewards);
+    s->rewards = copy;
+    s->have_rewards = 1;
+    return FP4RL_OK;
+}
+
+/* ---- train ---- */
+typedef struct pg_ctx {
+    const fp4rl_rl_session *s;
+    fp4rl_pg_config cfg;
+    int64_t seq0, nseq, T;           /* the minibatch: sequences [seq0, seq0 + nseq) */
+    const float *logp_old, *logp_ref; /* [n_seqs, T] */
+    const float *adv;
+    const int64_t *plen;
+    /* accumulated over the step */
+    double tokens, clip_low, clip_high, capped, tis_sum, tis_max, ent_sum, kl_sum, loss_sum;
+} pg_ctx;
+
+static fp4rl_status pg_hook(void *user, const float *logp, const float *entropy, float *dlogp, double *loss)
+{
+    pg_ctx *c = user;
+    const fp4rl_rollout_result *ro = &c->s->ro;
+    const int per_seq = c->s->hp[FP4RL_RL_LOSS_AGG] == 0;
+    int64_t total = 0, nonempty = 0;
+    for (int64_t i = 0; i < c->nseq; i++) {
+        total += ro->lengths[c->seq0 + i];
+        nonempty += ro->lengths[c->seq0 + i] > 0;
+    }
+    double l_sum = 0;
+    for (int64_t i = 0; i < c->nseq; i++) {
+        const int64_t seq = c->seq0 + i, clen = ro->lengths[seq];
+        for (int64_t j = 0; j < clen; j++) {
+            const int64_t t = c->plen[seq] + j;   /* the token's position */
+            const int64_t row = i * c->T + t - 1; /* the row predicting it, in the minibatch */
+            const double w = per_seq ? 1.0 / ((double)clen * (double)nonempty) : 1.0 / (double)total;
+            double g;
+            fp4rl_pg_token_stats ts;
+            const double lp_old = c->logp_old[seq * c->T + t], mu = ro->logprobs[seq * ro->max_new + j];
+            const double lp_ref = c->logp_ref ? c->logp_ref[seq * c->T + t] : 0.0;
+            const double l = fp4rl_pg_token_loss(&c->cfg, logp[row], lp_old, mu, lp_ref, c->adv[seq], &g, &ts);
+            dlogp[row] = (float)(w * g);
+            l_sum += w * l;
+            c->tokens += 1;
+            c->clip_low += ts.clipped_low;
+            c->clip_high += ts.clipped_high;
+            c->capped += ts.tis_capped;
+            c->tis_sum += ts.tis_weight;
+            if (ts.tis_weight > c->tis_max) c->tis_max = ts.tis_weight;
+            c->ent_sum += entropy[row];
+            c->kl_sum += ts.kl_k3;
+        }
+    }
+    *loss = l_sum;
+    c->loss_sum += l_sum;
+    return FP4RL_OK;
+}
+
+/* The rollout as a padded training batch: prompt + completion per sequence. */
+static fp4rl_status build_batch(const fp4rl_rl_session *s, int32_t **tokens, int32_t **lengths, int64_t **plen, int64_t *T)
+{
+    const fp4rl_rollout_result *ro = &s->ro;
+    const int64_t n = ro->n_seqs, G = (int64_t)s->hp[FP4RL_RL_GROUP_SIZE];
+    int64_t t_max = 1;
+    *plen = malloc((size_t)n * sizeof(int64_t));
+    *lengths = malloc((size_t)n * sizeof(int32_t));
+    if (!*plen || !*lengths) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "fp4rl_rl_session_train: out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        (*plen)[i] = (int64_t)(s->offsets[i / G + 1] - s->offsets[i / G]);
+        (*lengths)[i] = (int32_t)((*plen)[i] + ro->lengths[i]);
+        if ((*lengths)[i] > t_max) t_max = (*lengths)[i];
+    }
+    *tokens = calloc((size_t)(n * t_max), sizeof(int32_t));
+    if (!*tokens) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "fp4rl_rl_session_train: out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(*tokens + i * t_max, s->prompts + s->offsets[i / G], (size_t)(*plen)[i] * sizeof(int32_t));
+        memcpy(*tokens + i * t_max + (*plen)[i], ro->tokens + i * ro->max_new, (size_t)ro->lengths[i] * sizeof(int32_t));
+    }
+    *T = t_max;
+    return FP4RL_OK;
+}
+
+static void reward_metrics(fp4rl_rl_session *s, const float *adv, int64_t zero_groups)
+{
+    const int64_t n = s->ro.n_seqs;
+    double sum = 0, sq = 0, mx = -INFINITY, mn = INFINITY, len_sum = 0, len_max = 0, clipped = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double r = s->rewards[i];
+        sum += r;
+        sq += r * r;
+        mx = fmax(mx, r);
+        mn = fmin(mn, r);
+        len_sum += (double)s->ro.lengths[i];
+        len_max = fmax(len_max, (double)s->ro.lengths[i]);
+        clipped += !s->ro.stopped[i];
+    }
+    (void)adv;
+    const double mean = sum / (double)n;
+    s->metrics[M_REWARD_MEAN] = mean;
+    s->metrics[M_REWARD_STD] = n > 1 ? sqrt(fmax(0.0, (sq - (double)n * mean * mean) / (double)(n - 1))) : 0.0;
+    s->metrics[M_REWARD_MAX] = mx;
+    s->metrics[M_REWARD_MIN] = mn;
+    s->metrics[M_ADV_ZERO_STD_FRAC] = (double)zero_groups / (double)s->n_prompts;
+    s->metrics[M_RESP_LEN_MEAN] = len_sum / (double)n;
+    s->metrics[M_RESP_LEN_MAX] = len_max;
+    s->metrics[M_RESP_LEN_CLIPPED] = clipped / (double)n;
+    s->metrics[M_ACT_ZERO_FRAC] = s->ro.act_zero_frac;
+}
+
+static fp4rl_status append_metrics_line(const fp4rl_rl_session *s);
+
+fp4rl_status fp4rl_rl_session_train(fp4rl_rl_session *s)
+{
+    const char *fn = "fp4rl_rl_session_train";
+    fp4rl_status st = check_session(s, fn);
+    if (st) return st;
+    if (!s->have_rollout || !s->have_rewards)
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: needs a rollout and its rewards first (fp4rl_rl_session_rollout, fp4rl_rl_session_set_rewards)", fn);
+    fp4rl_model *m = s->model;
+    fp4rl_context *ctx = s->ctx;
+    const double t0 = now_s();
+    const int64_t n = s->ro.n_seqs, G = (int64_t)s->hp[FP4RL_RL_GROUP_SIZE];
+    const float temp = (float)s->hp[FP4RL_RL_TEMPERATURE];
+    int32_t *tokens = NULL, *lengths = NULL;
+    int64_t *plen = NULL, T = 0, zero_groups = 0;
+    float *adv = malloc((size_t)n * sizeof(float)), *logp_old = NULL, *logp_ref = NULL;
+    st = adv ? build_batch(s, &tokens, &lengths, &plen, &T) : fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    if (!st) {
+        logp_old = malloc((size_t)(n * T) * sizeof(float));
+        if (s->hp[FP4RL_RL_KL_COEF] > 0) logp_ref = malloc((size_t)(n * T) * sizeof(float));
+        if (!logp_old || (s->hp[FP4RL_RL_KL_COEF] > 0 && !logp_ref)) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    /* 4. advantages */
+    if (!st) fp4rl_grpo_advantages(s->rewards, (int64_t)s->n_prompts, G, s->hp[FP4RL_RL_ADV_NORM] != 0, adv, &zero_groups);
+    /* 5. log pi_old with the current weights and the training numerics */
+    if (!st) st = fp4rl_model_run(m, tokens, lengths, NULL, n, T, NULL, logp_old, 0, NULL, NULL, temp, fn);
+    /* the KL reference: the weights at the first step with beta > 0, kept on the device */
+    if (!st && logp_ref) {
+        const size_t bytes = (size_t)m->total * sizeof(float);
+        if (!s->ref_w) {
+            st = ctx->be->alloc(ctx, (void **)&s->ref_w, bytes);
+            if (!st) st = ctx->be->memset0(ctx, s->ref_w, bytes);
+            if (!st) st = ctx->ops->residual_backward(ctx, s->ref_w, m->g, m->w, m->total); /* ref = w (g: scratch) */
+        }
+        float *live = m->w;
+        m->w = s->ref_w; /* a forward with the reference weights */
+        if (!st) st = fp4rl_model_run(m, tokens, lengths, NULL, n, T, NULL, logp_ref, 0, NULL, NULL, temp, fn);
+        m->w = live;
+    }
+    /* mismatch between the rollout's log mu and the trainer's log pi_old */
+    double mm_sum = 0, mm_max = 0, k3 = 0, ntok = 0;
+    for (int64_t i = 0; !st && i < n; i++)
+        for (int64_t j = 0; j < s->ro.lengths[i]; j++) {
+            const double mu = s->ro.logprobs[i * s->ro.max_new + j], old = logp_old[i * T + plen[i] + j];
+            const double d = fabs(mu - old), r = exp(old - mu);
+            mm_sum += d;
+            mm_max = fmax(mm_max, d);
+            k3 += r - 1.0 - (old - mu);
+            ntok++;
+        }
+    /* 6-7. loss, backward, AdamW over minibatches and epochs */
+    pg_ctx pc = {.s = s, .cfg = {s->hp[FP4RL_RL_CLIP_LOW], s->hp[FP4RL_RL_CLIP_HIGH], s->hp[FP4RL_RL_TIS_CAP], s->hp[FP4RL_RL_KL_COEF]},
+                 .T = T, .logp_old = logp_old, .logp_ref = logp_ref, .adv = adv, .plen = plen};
+    const int64_t mbs = (int64_t)s->hp[FP4RL_RL_MINIBATCHES] < n ? (int64_t)s->hp[FP4RL_RL_MINIBATCHES] : n;
+    double gn_sum = 0, train_tokens = 0;
+    int64_t updates = 0;
+    for (int64_t e = 0; !st && e < (int64_t)s->hp[FP4RL_RL_EPOCHS]; e++)
+        for (int64_t b = 0; !st && b < mbs; b++) {
+            pc.seq0 = n * b / mbs;
+            pc.nseq = n * (b + 1) / mbs - pc.seq0;
+            const fp4rl_loss_hook hook = {pg_hook, &pc};
+            double loss, gn;
+            st = fp4rl_model_run(m, tokens + pc.seq0 * T, lengths + pc.seq0, NULL, pc.nseq, T, NULL, NULL, 1, &loss, &hook, temp, fn);
+            if (!st) st = fp4rl_model_update(m, s->hp[FP4RL_RL_LR], s->hp[FP4RL_RL_WEIGHT_DECAY], s->hp[FP4RL_RL_GRAD_CLIP], &gn);
+            gn_sum += gn;
+            updates++;
+            for (int64_t i = pc.seq0; i < pc.seq0 + pc.nseq; i++) train_tokens += lengths[i];
+        }
+    if (!st) {
+        memset(s->metrics, 0, sizeof s->metrics);
+        reward_metrics(s, adv, zero_groups);
+        const double tok = pc.tokens > 0 ? pc.tokens : 1;
+        s->metrics[M_PG_LOSS] = pc.loss_sum / (double)updates;
+        s->metrics[M_PG_CLIPFRAC_LOW] = pc.clip_low / tok;
+        s->metrics[M_PG_CLIPFRAC_HIGH] = pc.clip_high / tok;
+        s->metrics[M_TIS_MEAN] = pc.tis_sum / tok;
+        s->metrics[M_TIS_MAX] = pc.tis_max;
+        s->metrics[M_TIS_CAPPED_FRAC] = pc.capped / tok;
+        s->metrics[M_ENTROPY] = pc.ent_sum / tok;
+        s->metrics[M_KL] = pc.kl_sum / tok;
+        s->metrics[M_MISMATCH_MEAN] = ntok ? mm_sum / ntok : 0;
+        s->metrics[M_MISMATCH_MAX] = mm_max;
+        s->metrics[M_MISMATCH_K3] = ntok ? k3 / ntok : 0;
+        s->metrics[M_GRAD_NORM] = gn_sum / (double)updates;
+        s->metrics[M_LR] = s->hp[FP4RL_RL_LR];
+        const double train_s = now_s() - t0;
+        s->metrics[M_TIME_ROLLOUT] = s->rollout_s;
+        s->metrics[M_TIME_TRAIN] = train_s;
+        s->metrics[M_TIME_STEP] = s->rollout_s + train_s;
+        s->metrics[M_ROLLOUT_TPS] = s->rollout_s > 0 ? (double)s->ro.n_seqs * s->metrics[M_RESP_LEN_MEAN] / s->rollout_s : 0;
+        s->metrics[M_TRAIN_TPS] = train_s > 0 ? train_tokens / train_s : 0;
+        s->steps++;
+        clear_rollout(s);
+        st = append_metrics_line(s);
+    }
+    free(adv);
+    free(tokens);
+    free(lengths);
+    free(plen);
+    free(logp_old);
+    free(logp_ref);
+    return st;
+}
+
+fp4rl_status fp4rl_rl_session_step(fp4rl_rl_session *s, const int32_t *prompts, const size_t *offsets, size_t n_prompts,
+                                   fp4rl_reward_fn reward_fn, void *user)
+{
+    const char *fn = "fp4rl_rl_session_step";
+    fp4rl_status st = check_session(s, fn);
+    if (st) return st;
+    if (!reward_fn) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: reward_fn is NULL", fn);
+    if ((st = do_rollout(s, prompts, offsets, n_prompts, fn))) return st;
+    const size_t n = (size_t)s->ro.n_seqs, G = (size_t)s->hp[FP4RL_RL_GROUP_SIZE];
+    double *r = malloc(n * sizeof *r);
+    if (!r) {
+        clear_rollout(s);
+        return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const size_t p = i / G;
+        r[i] = NAN;
+        int rc = reward_fn(user, p, s->prompts + s->offsets[p], s->offsets[p + 1] - s->offsets[p],
+                           s->ro.tokens + i * (size_t)s->ro.max_new, (size_t)s->ro.lengths[i], &r[i]);
+        if (rc != 0 || !isfinite(r[i])) {
+            st = rc != 0 ? fp4rl_fail(FP4RL_ERR_CALLBACK, "%s: the reward callback returned %d for completion %zu (prompt %zu, %lld tokens); the step was abandoned, the model is unchanged",
+                                      fn, rc, i, p, (long long)s->ro.lengths[i])
+                         : fp4rl_fail(FP4RL_ERR_CALLBACK, "%s: the reward callback gave %g for completion %zu (prompt %zu, %lld tokens); rewards must be finite; the step was abandoned, the model is unchanged",
+                                      fn, r[i], i, p, (long long)s->ro.lengths[i]);
+            free(r);
+            clear_rollout(s);
+            return st;
+        }
+    }
+    st = fp4rl_rl_session_set_rewards(s, r, n);
+    free(r);
+    if (!st) st = fp4rl_rl_session_train(s);
+    if (st) clear_rollout(s);
+    return st;
+}
+
+/* ---- metrics ---- */
+const char *fp4rl_rl_session_metric_name(size_t i) { return i < M_COUNT ? metric_names[i] : NULL; }
+
+fp4rl_status fp4rl_rl_session_metric(const fp4rl_rl_session *s, const char *name, double *value)
+{
+    const char *fn = "fp4rl_rl_session_metric";
+    fp4rl_status st = check_session(s, fn);
+    if (st) return st;
+    if (!name || !value) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: name or value is NULL", fn);
+    for (int i = 0; i < M_COUNT; i++)
+        if (strcmp(name, metric_names[i]) == 0) {
+            *value = s->metrics[i];
+            return FP4RL_OK;
+        }
+    return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: no metric \"%s\" (see fp4rl_rl_session_metric_name)", fn, name);
+}
+
+fp4rl_status fp4rl_rl_session_step_count(const fp4rl_rl_session *s, int64_t *steps)
+{
+    fp4rl_status st = check_session(s, "fp4rl_rl_session_step_count");
+    if (st) return st;
+    if (!steps) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_rl_session_step_count: steps is NULL");
+    *steps = s->steps;
+    return FP4RL_OK;
+}
+
+/* The JSON object of the last step's metrics; returns the length it needs (without the NUL). */
+static size_t metrics_json(const fp4rl_rl_session *s, char *buf, size_t cap)
+{
+    size_t used = (size_t)snprintf(buf, cap, "{\"step\": %lld", (long long)s->steps);
+    for (int i = 0; i < M_COUNT; i++) {
+        const double v = s->metrics[i];
+        used += (size_t)snprintf(used < cap ? buf + used : NULL, used < cap ? cap - used : 0,
+                                 isfinite(v) ? ", \"%s\": %.17g" : ", \"%s\": null", metric_names[i], v);
+    }
+    used += (size_t)snprintf(used < cap ? buf + used : NULL, used < cap ? cap - used : 0, "}");
+    return used;
+}
+
+fp4rl_status fp4rl_rl_session_metrics_json(const fp4rl_rl_session *s, char *buf, size_t buf_size, size_t *needed)
+{
+    const char *fn = "fp4rl_rl_session_metrics_json";
+    fp4rl_status st = check_session(s, fn);
+    if (st) return st;
+    if (!buf && buf_size) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: buf is NULL", fn);
+    const size_t need = metrics_json(s, NULL, 0) + 1;
+    if (needed) *needed = need;
+    if (buf_size < need) return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: the JSON needs %zu bytes; buf holds %zu", fn, need, buf_size);
+    metrics_json(s, buf, buf_size);
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_rl_session_set_metrics_file(fp4rl_rl_session *s, const char *path)
+{
+    const char *fn = "fp4rl_rl_session_set_metrics_file";
+    fp4rl_status st = check_session(s, fn);
+    if (st) return st;
+    char *copy = NULL;
+    if (path) {
+        FILE *f = fopen(path, "a");
+        if (!f) return fp4rl_fail(FP4RL_ERR_IO, "%s: cannot open %s for appending", fn, path);
+        fclose(f);
+        copy = malloc(strlen(path) + 1);
+        if (!copy) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        strcpy(copy, path);
+    }
+    free(s->metrics_path);
+    s->metrics_path = copy;
+    return FP4RL_OK;
+}
+
+static fp4rl_status append_metrics_line(const fp4rl_rl_session *s)
+{
+    if (!s->metrics_path) return FP4RL_OK;
+    const size_t need = metrics_json(s, NULL, 0) + 1;
+    char *line = malloc(need);
+    if (!line) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "metrics: out of memory");
+    metrics_json(s, line, need);
+    FILE *f = fopen(s->metrics_path, "a");
+    int ok = f && fprintf(f, "%s\n", line) > 0;
+    if (f && fclose(f) != 0) ok = 0;
+    free(line);
+    return ok ? FP4RL_OK : fp4rl_fail(FP4RL_ERR_IO, "fp4rl_rl_session_step: the step completed, but appending its metrics to %s failed", s->metrics_path);
+}
+
+fp4rl_status fp4rl_rl_session_save(const fp4rl_rl_session *s, const char *dir)
+{
+    fp4rl_status st = check_session(s, "fp4rl_rl_session_save");
+    if (st) return st;
+    if (!dir) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_rl_session_save: dir is NULL");
+    return fp4rl_session_save(s, dir);
+}
+
+fp4rl_status fp4rl_rl_session_load(fp4rl_rl_session *s, const char *dir)
+{
+    fp4rl_status st = check_session(s, "fp4rl_rl_session_load");
+    if (st) return st;
+    if (!dir) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_rl_session_load: dir is NULL");
+    return fp4rl_session_load(s, dir);
+}

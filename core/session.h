@@ -1,0 +1,39 @@
+/* session.h - the RL session's state (internal; the ABI is in fp4rl.h). */
+#ifndef FP4RL_SESSION_H
+#define FP4RL_SESSION_H
+
+#include "rollout.h"
+
+/* The metrics of a step, in the order of their names in core/session.c. */
+enum {
+    M_REWARD_MEAN, M_REWARD_STD, M_REWARD_MAX, M_REWARD_MIN, M_ADV_ZERO_STD_FRAC, M_PG_LOSS, M_PG_CLIPFRAC_LOW,
+    M_PG_CLIPFRAC_HIGH, M_TIS_MEAN, M_TIS_MAX, M_TIS_CAPPED_FRAC, M_MISMATCH_MEAN, M_MISMATCH_MAX, M_MISMATCH_K3,
+    M_ENTROPY, M_RESP_LEN_MEAN, M_RESP_LEN_MAX, M_RESP_LEN_CLIPPED, M_GRAD_NORM, M_LR, M_ACT_ZERO_FRAC,
+    M_ROLLOUT_TPS, M_TRAIN_TPS, M_TIME_ROLLOUT, M_TIME_TRAIN, M_TIME_STEP, M_KL, M_COUNT
+};
+
+struct fp4rl_rl_session {
+    fp4rl_context *ctx;
+    fp4rl_model *model;
+    double hp[FP4RL_RL_PARAM_COUNT];
+    int32_t *stop;
+    size_t n_stop;
+    uint64_t sample_offset;   /* sampling offset of the next rollout */
+    int64_t steps;            /* completed train phases */
+    /* the pending rollout */
+    int have_rollout, have_rewards;
+    int32_t *prompts;
+    size_t *offsets, n_prompts;
+    fp4rl_rollout_result ro;
+    double *rewards;
+    double rollout_s;
+    /* the frozen reference weights of the KL term (device), taken at the first step when beta > 0 */
+    float *ref_w;
+    double metrics[M_COUNT];
+    char *metrics_path;
+};
+
+/* core/checkpoint.c */
+FP4RL_HIDDEN fp4rl_status fp4rl_session_save(const fp4rl_rl_session *s, const char *dir);
+FP4RL_HIDDEN fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir);
+#endif
