@@ -383,6 +383,14 @@ fp4rl_status fp4rl_rl_session_train(fp4rl_rl_session *s)
         if (s->hp[FP4RL_RL_KL_COEF] > 0) logp_ref = malloc((size_t)(n * T) * sizeof(float));
         if (!logp_old || (s->hp[FP4RL_RL_KL_COEF] > 0 && !logp_ref)) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
+    /* a session's first update starts a fresh AdamW state: moments left by earlier supervised
+     * training are scaled to another loss and would shrink the RL updates for hundreds of steps */
+    if (!st && s->steps == 0) {
+        const size_t bytes = (size_t)m->total * sizeof(float);
+        st = ctx->be->memset0(ctx, m->adam_m, bytes);
+        if (!st) st = ctx->be->memset0(ctx, m->adam_v, bytes);
+        if (!st) m->step = 0;
+    }
     /* 4. advantages */
     if (!st) fp4rl_grpo_advantages(s->rewards, (int64_t)s->n_prompts, G, s->hp[FP4RL_RL_ADV_NORM] != 0, adv, &zero_groups);
     /* 5. log pi_old with the current weights and the training numerics */

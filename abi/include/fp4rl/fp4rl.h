@@ -417,7 +417,9 @@ typedef enum fp4rl_rlparam {
 #define FP4RL_RL_PARAM_COUNT 16
 
 /* Creates a session that trains `model` (borrowed: it must outlive the session and belong to
- * `ctx`) with `policy` (copied; it becomes the model's policy). */
+ * `ctx`) with `policy` (copied; it becomes the model's policy; NULL keeps the model's). The
+ * session's first update starts from a fresh AdamW state (zero moments, step 0), so optimizer
+ * state left by supervised training does not carry into RL. */
 FP4RL_API fp4rl_status fp4rl_rl_session_create(fp4rl_rl_session **out, fp4rl_context *ctx, fp4rl_model *model,
                                                const fp4rl_quant_policy *policy);
 FP4RL_API void fp4rl_rl_session_destroy(fp4rl_rl_session *s);

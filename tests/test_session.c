@@ -1,0 +1,488 @@
+/*
+ * test_session.c - the RL session: rollout/trainer log-prob agreement, Rollout-ResQ's masks and
+ * properties, the reward callback's error path, hostile arguments, an end-to-end run that raises
+ * reward on the built-in task, and checkpoint round trip with bit-identical resume.
+ */
+#define _DEFAULT_SOURCE /* mkdtemp */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "addition_task.h"
+#include "rollout.h"
+#include "session.h"
+
+static const char *TINY =
+    "{\"model_type\": \"qwen2\", \"vocab_size\": 16, \"hidden_size\": 32, \"intermediate_size\": 64,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"max_position_embeddings\": 32, \"tie_word_embeddings\": true}";
+
+static fp4rl_context *ctx;
+static void setup(void)
+{
+    ck_assert_int_eq(fp4rl_context_create(&ctx, FP4RL_DEVICE_CPU, 0), FP4RL_OK);
+    fp4rl_context_set_seed(ctx, 5);
+}
+static void teardown(void) { fp4rl_context_destroy(ctx); }
+
+static fp4rl_quant_policy *policy(fp4rl_preset preset, fp4rl_numerics train, fp4rl_numerics rollout, fp4rl_resq resq)
+{
+    fp4rl_quant_policy *p;
+    ck_assert_int_eq(fp4rl_quant_policy_create(&p), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_quant_policy_apply_preset(p, preset), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_TRAIN_NUMERICS, train), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_ROLLOUT_NUMERICS, rollout), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_RESQ, resq), FP4RL_OK);
+    return p;
+}
+
+static fp4rl_rl_session *new_session(fp4rl_model **m, fp4rl_quant_policy *p, uint64_t seed)
+{
+    ck_assert_msg(fp4rl_model_create(m, ctx, TINY, p, seed) == FP4RL_OK, "%s", fp4rl_last_error());
+    fp4rl_rl_session *s;
+    ck_assert_int_eq(fp4rl_rl_session_create(&s, ctx, *m, p), FP4RL_OK);
+    const int32_t stop = ADD_END;
+    ck_assert_int_eq(fp4rl_rl_session_set_stop_tokens(s, &stop, 1), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_GROUP_SIZE, 4), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_MAX_NEW_TOKENS, 4), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_LR, 1e-3), FP4RL_OK);
+    return s;
+}
+
+/* A reward that prefers completions with many 7s: learnable from scratch. */
+static int sevens(void *user, size_t pi, const int32_t *p, size_t pl, const int32_t *c, size_t cl, double *r)
+{
+    (void)user; (void)pi; (void)p; (void)pl;
+    double k = 0;
+    for (size_t i = 0; i < cl; i++) k += c[i] == 7;
+    *r = k / 4.0;
+    return 0;
+}
+
+static void prompts_for(uint64_t seed, size_t n, int32_t *tok, size_t *off)
+{
+    add_rng r = {seed};
+    add_batch(&r, 9, n, tok, off);
+}
+
+static double metric(const fp4rl_rl_session *s, const char *name)
+{
+    double v;
+    ck_assert_msg(fp4rl_rl_session_metric(s, name, &v) == FP4RL_OK, "%s", fp4rl_last_error());
+    return v;
+}
+
+START_TEST(test_mismatch_bf16_vs_fp4)
+{
+    int32_t tok[8 * 43];
+    size_t off[9];
+    prompts_for(1, 8, tok, off);
+    fp4rl_model *m;
+    /* BF16 rollout and BF16 training: the same numbers, so log mu == log pi_old up to GEMM order */
+    fp4rl_quant_policy *p = policy(FP4RL_PRESET_DEFAULT, FP4RL_NUMERICS_BF16, FP4RL_NUMERICS_BF16, FP4RL_RESQ_OFF);
+    fp4rl_rl_session *s = new_session(&m, p, 3);
+    ck_assert_msg(fp4rl_rl_session_step(s, tok, off, 8, sevens, NULL) == FP4RL_OK, "%s", fp4rl_last_error());
+    const double bf16_max = metric(s, "mismatch/logp_abs_diff_max");
+    ck_assert_msg(bf16_max < 1e-4, "BF16/BF16 mismatch max %.3g", bf16_max);
+    ck_assert_double_lt(fabs(metric(s, "tis/mean") - 1.0), 1e-3);
+    ck_assert_double_eq(metric(s, "quant/act_zero_frac"), 0.0);
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+    /* HiF4 W4A4 rollout against BF16 training: they differ, and the metrics say so */
+    p = policy(FP4RL_PRESET_HIF4_RL, FP4RL_NUMERICS_BF16, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_OFF);
+    s = new_session(&m, p, 3);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, off, 8, sevens, NULL), FP4RL_OK);
+    const double fp4_mean = metric(s, "mismatch/logp_abs_diff_mean");
+    printf("mismatch: BF16 rollout max %.3g; HiF4 W4A4 rollout mean %.3g, k3 %.3g, act_zero %.3f\n", bf16_max, fp4_mean,
+           metric(s, "mismatch/k3_kl"), metric(s, "quant/act_zero_frac"));
+    ck_assert_msg(fp4_mean > 1e-3 && fp4_mean > 100 * bf16_max, "W4A4 mismatch mean %.3g", fp4_mean);
+    ck_assert_double_gt(metric(s, "mismatch/k3_kl"), 0.0);
+    ck_assert_double_gt(metric(s, "quant/act_zero_frac"), 0.0);
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+END_TEST
+
+/* ---- ResQ ---- */
+static float *randn(int64_t n, uint64_t seed, int outliers)
+{
+    float *x = malloc((size_t)n * sizeof(float));
+    add_rng r = {seed};
+    for (int64_t i = 0; i < n; i++) {
+        double u1 = (add_rand(&r, 1 << 30) + 1.0) / (1 << 30), u2 = add_rand(&r, 1 << 30) / (double)(1 << 30);
+        x[i] = (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+        if (outliers && i % 61 == 3) x[i] *= 40.0f; /* outlier channels inflate the block scales */
+    }
+    return x;
+}
+
+START_TEST(test_resq_2_4_mask)
+{
+    const int64_t N = 5, K = 23;
+    float *r = randn(N * K, 9, 0);
+    ck_assert_int_eq(fp4rl_cpu_ops.resq_mask(ctx, r, N, K, FP4RL_RESQ_2_4), FP4RL_OK);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k0 = 0; k0 < K; k0 += 4) {
+            int kept = 0, len = (int)(K - k0 < 4 ? K - k0 : 4);
+            for (int i = 0; i < len; i++) kept += r[n * K + k0 + i] != 0.0f;
+            ck_assert_int_eq(kept, len < 2 ? len : 2);
+        }
+    /* the kept two are the largest magnitudes; ties go to the lower index */
+    float g[8] = {1, -3, 2, 3, 0.5f, 0.5f, 0.5f, 0.1f};
+    ck_assert_int_eq(fp4rl_cpu_ops.resq_mask(ctx, g, 1, 8, FP4RL_RESQ_2_4), FP4RL_OK);
+    const float want[8] = {0, -3, 0, 3, 0.5f, 0.5f, 0, 0};
+    ck_assert_mem_eq(g, want, sizeof want);
+    free(r);
+}
+END_TEST
+
+/* y = rollout_linear(x) for an [N, IN] x with the policy's ResQ pattern. */
+static float *resq_output(fp4rl_model *m, fp4rl_resq pattern, const float *x, const float *w, int64_t N, int64_t IN, int64_t OUT)
+{
+    fp4rl_quant_policy_set(m->policy, FP4RL_QP_RESQ, pattern);
+    fp4rl_arena a = {.ctx = ctx};
+    fp4rl_linear_spec s = fp4rl_block_linear_spec(m, 0, 1);
+    float *y = malloc((size_t)(N * OUT) * sizeof(float)), *wq = malloc((size_t)(OUT * IN) * sizeof(float));
+    float *xc = malloc((size_t)(N * IN) * sizeof(float)), *wc = malloc((size_t)(OUT * IN) * sizeof(float));
+    memcpy(xc, x, (size_t)(N * IN) * sizeof(float));
+    memcpy(wc, w, (size_t)(OUT * IN) * sizeof(float));
+    ck_assert_int_eq(fp4rl_linear_operand(m, &a, wq, wc, OUT, IN, &s, FP4RL_ROLE_WEIGHT, 0), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_rollout_linear(m, &a, &s, pattern, y, xc, wq, NULL, N, IN, OUT, NULL), FP4RL_OK);
+    fp4rl_arena_free(&a);
+    free(wq);
+    free(xc);
+    free(wc);
+    return y;
+}
+
+START_TEST(test_resq_properties)
+{
+    fp4rl_quant_policy *p = policy(FP4RL_PRESET_HIF4_RL, FP4RL_NUMERICS_FP4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_OFF);
+    fp4rl_model *m;
+    ck_assert_int_eq(fp4rl_model_create(&m, ctx, TINY, p, 1), FP4RL_OK);
+    const int64_t N = 64, IN = 256, OUT = 48;
+    float *x = randn(N * IN, 11, 1), *w = randn(OUT * IN, 12, 0);
+    /* error against the exact product of X and the quantized W: dense ResQ recovers the activation
+     * residual, so it must be far below no ResQ; 2:4 in between */
+    fp4rl_quant_policy_set(m->policy, FP4RL_QP_ROLLOUT_NUMERICS, FP4RL_NUMERICS_W4A16);
+    float *yw = resq_output(m, FP4RL_RESQ_OFF, x, w, N, IN, OUT); /* FP4 weights, BF16 activations */
+    fp4rl_quant_policy_set(m->policy, FP4RL_QP_ROLLOUT_NUMERICS, FP4RL_NUMERICS_W4A4);
+    float *y_off = resq_output(m, FP4RL_RESQ_OFF, x, w, N, IN, OUT), *y_dense = resq_output(m, FP4RL_RESQ_DENSE, x, w, N, IN, OUT);
+    float *y_24 = resq_output(m, FP4RL_RESQ_2_4, x, w, N, IN, OUT);
+    double e_off = 0, e_dense = 0, e_24 = 0, ref = 0;
+    for (int64_t i = 0; i < N * OUT; i++) {
+        e_off += pow(y_off[i] - yw[i], 2);
+        e_dense += pow(y_dense[i] - yw[i], 2);
+        e_24 += pow(y_24[i] - yw[i], 2);
+        ref += pow(yw[i], 2);
+    }
+    printf("resq: output rel. MSE vs W4A16: off %.4g, 2:4 %.4g, dense %.4g\n", e_off / ref, e_24 / ref, e_dense / ref);
+    ck_assert_double_lt(e_dense, 0.25 * e_off);
+    ck_assert_double_lt(e_24, e_off);
+    /* batch invariance: row 5 alone and inside the batch of 64 */
+    for (int k = 0; k < 2; k++) {
+        fp4rl_resq pat = k ? FP4RL_RESQ_CHANNEL_50 : FP4RL_RESQ_2_4;
+        float *yb = resq_output(m, pat, x, w, N, IN, OUT), *y1 = resq_output(m, pat, x + 5 * IN, w, 1, IN, OUT);
+        double d = 0, s = 0;
+        for (int64_t j = 0; j < OUT; j++) {
+            d = fmax(d, fabs(yb[5 * OUT + j] - y1[j]));
+            s = fmax(s, fabs(y1[j]));
+        }
+        if (pat == FP4RL_RESQ_2_4) ck_assert_msg(d <= 1e-5 * s, "2:4 is not batch-invariant: %.3g", d / s);
+        else ck_assert_msg(d > 1e-3 * s, "channel-50 unexpectedly batch-invariant (%.3g)", d / s);
+        free(yb);
+        free(y1);
+    }
+    free(x); free(w); free(yw); free(y_off); free(y_dense); free(y_24);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+END_TEST
+
+/* ---- errors ---- */
+static int fail_on_fifth(void *user, size_t pi, const int32_t *p, size_t pl, const int32_t *c, size_t cl, double *r)
+{
+    int *calls = user;
+    (void)pi; (void)p; (void)pl; (void)c; (void)cl;
+    *r = 0.5;
+    return ++*calls == 5 ? 42 : 0;
+}
+static int nan_reward(void *user, size_t pi, const int32_t *p, size_t pl, const int32_t *c, size_t cl, double *r)
+{
+    (void)user; (void)pi; (void)p; (void)pl; (void)c; (void)cl;
+    *r = NAN;
+    return 0;
+}
+
+static float *all_params(fp4rl_model *m)
+{
+    float *w = malloc((size_t)m->total * sizeof(float));
+    ck_assert_int_eq(m->ctx->be->download(m->ctx, w, m->w, (size_t)m->total * sizeof(float)), FP4RL_OK);
+    return w;
+}
+
+START_TEST(test_errors)
+{
+    fp4rl_quant_policy *p = policy(FP4RL_PRESET_HIF4_RL, FP4RL_NUMERICS_FP4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_2_4);
+    fp4rl_model *m;
+    fp4rl_rl_session *s = new_session(&m, p, 4);
+    int32_t tok[4 * 43];
+    size_t off[5];
+    prompts_for(2, 4, tok, off);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, off, 4, sevens, NULL), FP4RL_OK); /* one real step first */
+    float *before = all_params(m);
+    int64_t step_before = m->step, steps;
+    int calls = 0;
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, off, 4, fail_on_fifth, &calls), FP4RL_ERR_CALLBACK);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "completion 4"));
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "returned 42"));
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, off, 4, nan_reward, NULL), FP4RL_ERR_CALLBACK);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "completion 0"));
+    float *after = all_params(m);
+    ck_assert_mem_eq(before, after, (size_t)m->total * sizeof(float));
+    ck_assert_int_eq(m->step, step_before);
+    fp4rl_rl_session_step_count(s, &steps);
+    ck_assert_int_eq(steps, 1);
+    /* hostile arguments */
+    size_t zero_len[3] = {0, 3, 3}, bad0[2] = {1, 4};
+    ck_assert_int_eq(fp4rl_rl_session_step(NULL, tok, off, 4, sevens, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, NULL, off, 4, sevens, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, NULL, 4, sevens, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, off, 0, sevens, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, off, 4, NULL, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, zero_len, 2, sevens, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "empty"));
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, bad0, 1, sevens, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    int32_t longp[40] = {0};
+    size_t loff[2] = {0, 30}; /* 30 + 4 new tokens > 32 positions */
+    ck_assert_int_eq(fp4rl_rl_session_step(s, longp, loff, 1, sevens, NULL), FP4RL_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "context"));
+    int32_t badtok[3] = {1, 99, 2};
+    size_t boff[2] = {0, 3};
+    ck_assert_int_eq(fp4rl_rl_session_step(s, badtok, boff, 1, sevens, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_GROUP_SIZE, 1), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "group_size"));
+    ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_TEMPERATURE, 0), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_TIS_CAP, 0.5), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(fp4rl_rl_session_set(s, (fp4rl_rlparam)99, 1), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(fp4rl_rl_session_train(s), FP4RL_ERR_INVALID_ARGUMENT); /* no rollout */
+    double r[2] = {0, 0};
+    ck_assert_int_eq(fp4rl_rl_session_set_rewards(s, r, 2), FP4RL_ERR_INVALID_ARGUMENT);
+    double v;
+    ck_assert_int_eq(fp4rl_rl_session_metric(s, "nope", &v), FP4RL_ERR_INVALID_ARGUMENT);
+    int32_t badstop = 77;
+    ck_assert_int_eq(fp4rl_rl_session_set_stop_tokens(s, &badstop, 1), FP4RL_ERR_INVALID_ARGUMENT);
+    fp4rl_rl_session *s2;
+    ck_assert_int_eq(fp4rl_rl_session_create(&s2, ctx, NULL, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(fp4rl_rl_session_load(s, "/nonexistent/ckpt"), FP4RL_ERR_IO);
+    free(before);
+    free(after);
+    fp4rl_rl_session_destroy(s);
+    fp4rl_rl_session_destroy(NULL);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+END_TEST
+
+/* The split API: rollout, read completions and their log mu, set rewards, train. */
+START_TEST(test_split_api_and_metrics)
+{
+    fp4rl_quant_policy *p = policy(FP4RL_PRESET_HIF4_RL, FP4RL_NUMERICS_FP4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_2_4);
+    fp4rl_model *m;
+    fp4rl_rl_session *s = new_session(&m, p, 6);
+    int32_t tok[3 * 43];
+    size_t off[4], n;
+    prompts_for(3, 3, tok, off);
+    ck_assert_int_eq(fp4rl_rl_session_rollout(s, tok, off, 3), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_rl_session_num_completions(s, &n), FP4RL_OK);
+    ck_assert_uint_eq(n, 12);
+    double r[12];
+    for (size_t i = 0; i < n; i++) {
+        int32_t c[4];
+        float lp[4];
+        size_t len, pi;
+        ck_assert_int_eq(fp4rl_rl_session_completion(s, i, c, lp, 4, &len, &pi), FP4RL_OK);
+        ck_assert_uint_eq(pi, i / 4);
+        ck_assert(len >= 1 && len <= 4);
+        for (size_t j = 0; j < len; j++) ck_assert(lp[j] <= 0.0f && isfinite(lp[j]));
+        ck_assert_int_eq(fp4rl_rl_session_completion(s, i, c, lp, 0, &len, NULL), len ? FP4RL_ERR_SHAPE : FP4RL_OK);
+        sevens(NULL, pi, NULL, 0, c, len, &r[i]);
+    }
+    ck_assert_int_eq(fp4rl_rl_session_set_rewards(s, r, 12), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_rl_session_train(s), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_rl_session_num_completions(s, &n), FP4RL_OK);
+    ck_assert_uint_eq(n, 0);
+    char json[4096];
+    size_t need;
+    ck_assert_int_eq(fp4rl_rl_session_metrics_json(s, json, 10, &need), FP4RL_ERR_SHAPE);
+    ck_assert_int_eq(fp4rl_rl_session_metrics_json(s, json, sizeof json, &need), FP4RL_OK);
+    ck_assert_uint_eq(strlen(json) + 1, need);
+    for (size_t i = 0; fp4rl_rl_session_metric_name(i); i++) ck_assert_ptr_nonnull(strstr(json, fp4rl_rl_session_metric_name(i)));
+    ck_assert_ptr_nonnull(strstr(json, "\"step\": 1"));
+    ck_assert_double_eq_tol(metric(s, "lr"), 1e-3, 1e-12);
+    ck_assert_double_gt(metric(s, "grad_norm"), 0);
+    ck_assert(metric(s, "entropy") > 0);
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+END_TEST
+
+/* The mean reward of 8 samples for each of n fixed held-out prompts (a fixed sampling seed), in
+ * the rollout numerics: the quantity RL maximises, without the noise of changing prompts. */
+static double held_out_reward(fp4rl_rl_session *eval, const int32_t *pt, const size_t *off, size_t n)
+{
+    fp4rl_rl_session_set(eval, FP4RL_RL_SEED, 4242); /* the same samples' randomness each time */
+    ck_assert_int_eq(fp4rl_rl_session_rollout(eval, pt, off, n), FP4RL_OK);
+    double sum = 0;
+    for (size_t i = 0; i < 8 * n; i++) {
+        int32_t c[4];
+        size_t len;
+        ck_assert_int_eq(fp4rl_rl_session_completion(eval, i, c, NULL, 4, &len, NULL), FP4RL_OK);
+        sum += add_reward(pt + off[i / 8], off[i / 8 + 1] - off[i / 8], c, len);
+    }
+    return sum / (double)(8 * n);
+}
+
+/* End to end on the built-in task: a short supervised warm-up, then FP4 RL raises the reward. */
+START_TEST(test_rl_raises_reward)
+{
+    static const char *SMALL =
+        "{\"model_type\": \"qwen2\", \"vocab_size\": 16, \"hidden_size\": 64, \"intermediate_size\": 128,"
+        " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+        " \"max_position_embeddings\": 32, \"tie_word_embeddings\": true}";
+    fp4rl_quant_policy *p = policy(FP4RL_PRESET_HIF4_RL, FP4RL_NUMERICS_FP4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_2_4);
+    fp4rl_model *m;
+    fp4rl_rl_session *s, *eval;
+    const int32_t stop = ADD_END;
+    ck_assert_int_eq(fp4rl_model_create(&m, ctx, SMALL, p, 7), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_rl_session_create(&s, ctx, m, NULL), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_rl_session_create(&eval, ctx, m, NULL), FP4RL_OK);
+    fp4rl_rl_session_set_stop_tokens(s, &stop, 1);
+    fp4rl_rl_session_set_stop_tokens(eval, &stop, 1);
+    fp4rl_rl_session_set(eval, FP4RL_RL_GROUP_SIZE, 8);
+    fp4rl_rl_session_set(eval, FP4RL_RL_MAX_NEW_TOKENS, 4);
+    fp4rl_model_set_hparam(m, FP4RL_MP_LR, 3e-3);
+    add_rng rng = {77}, eval_rng = {78};
+    enum { B = 32, T = 8, E = 128 };
+    int32_t tok[B * T], len[B], ept[E * 6];
+    size_t eoff[E + 1];
+    float mask[B * T];
+    add_batch(&eval_rng, 9, E, ept, eoff);
+    for (int step = 0; step < 150; step++) { /* warm up until partly right */
+        memset(tok, 0, sizeof tok);
+        memset(mask, 0, sizeof mask);
+        for (int b = 0; b < B; b++) len[b] = (int32_t)add_sequence(add_rand(&rng, 10), add_rand(&rng, 10), tok + b * T, mask + b * T);
+        ck_assert_int_eq(fp4rl_model_train_step(m, tok, len, mask, B, T, NULL, NULL), FP4RL_OK);
+    }
+    const double r0 = held_out_reward(eval, ept, eoff, E);
+    fp4rl_rl_session_set(s, FP4RL_RL_GROUP_SIZE, 8);
+    fp4rl_rl_session_set(s, FP4RL_RL_MAX_NEW_TOKENS, 4);
+    fp4rl_rl_session_set(s, FP4RL_RL_LR, 1e-3);
+    fp4rl_rl_session_set(s, FP4RL_RL_CLIP_HIGH, 0.28);
+    int32_t pt[32 * 6];
+    size_t off[33];
+    for (int k = 0; k < 24; k++) {
+        add_batch(&rng, 9, 32, pt, off);
+        ck_assert_msg(fp4rl_rl_session_step(s, pt, off, 32, add_reward_fn, NULL) == FP4RL_OK, "%s", fp4rl_last_error());
+        if (getenv("FP4RL_TEST_VERBOSE")) printf("rl step %d reward %.3f\n", k, metric(s, "reward/mean"));
+    }
+    const double r1 = held_out_reward(eval, ept, eoff, E);
+    printf("rl: held-out mean reward %.3f after the warm-up, %.3f after 24 FP4 RL steps\n", r0, r1);
+    ck_assert_msg(r1 > r0 + 0.03, "held-out reward %.3f -> %.3f", r0, r1);
+    fp4rl_rl_session_destroy(eval);
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+END_TEST
+
+/* Save after step 1; an uninterrupted run of steps 2-3 and a resumed one are bit-identical. */
+START_TEST(test_checkpoint_resume)
+{
+    fp4rl_quant_policy *p = policy(FP4RL_PRESET_HIF4_RL, FP4RL_NUMERICS_FP4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_2_4);
+    fp4rl_model *m, *m2;
+    fp4rl_rl_session *s = new_session(&m, p, 8);
+    fp4rl_rl_session_set(s, FP4RL_RL_KL_COEF, 0.01); /* the reference weights travel too */
+    fp4rl_rl_session_set(s, FP4RL_RL_MINIBATCHES, 2);
+    char dir[] = "/tmp/fp4rl_ckpt_XXXXXX", ck[600];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    int32_t tok[3][4 * 43];
+    size_t off[3][5];
+    for (int k = 0; k < 3; k++) prompts_for(10 + (uint64_t)k, 4, tok[k], off[k]);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok[0], off[0], 4, sevens, NULL), FP4RL_OK);
+    ck_assert_msg(fp4rl_rl_session_save(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert_msg(fp4rl_rl_session_save(s, ck) == FP4RL_OK, "%s", fp4rl_last_error()); /* over an existing one */
+    for (int k = 1; k < 3; k++) ck_assert_int_eq(fp4rl_rl_session_step(s, tok[k], off[k], 4, sevens, NULL), FP4RL_OK);
+    float *want = all_params(m);
+    char want_json[4096], got_json[4096];
+    ck_assert_int_eq(fp4rl_rl_session_metrics_json(s, want_json, sizeof want_json, NULL), FP4RL_OK);
+
+    /* a fresh process state: another context with other seeds, another model init */
+    fp4rl_context *ctx0 = ctx;
+    fp4rl_context_create(&ctx, FP4RL_DEVICE_CPU, 0);
+    fp4rl_context_set_seed(ctx, 999);
+    fp4rl_quant_policy *p0 = policy(FP4RL_PRESET_DEFAULT, FP4RL_NUMERICS_BF16, FP4RL_NUMERICS_BF16, FP4RL_RESQ_OFF);
+    fp4rl_rl_session *s2 = new_session(&m2, p0, 123);
+    ck_assert_msg(fp4rl_rl_session_load(s2, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    int64_t steps;
+    fp4rl_rl_session_step_count(s2, &steps);
+    ck_assert_int_eq(steps, 1);
+    for (int k = 1; k < 3; k++) ck_assert_int_eq(fp4rl_rl_session_step(s2, tok[k], off[k], 4, sevens, NULL), FP4RL_OK);
+    float *got = all_params(m2);
+    ck_assert_mem_eq(want, got, (size_t)m->total * sizeof(float));
+    ck_assert_int_eq(fp4rl_rl_session_metrics_json(s2, got_json, sizeof got_json, NULL), FP4RL_OK);
+    /* the same step and rewards (timings differ) */
+    ck_assert_double_eq(metric(s2, "reward/mean"), metric(s, "reward/mean"));
+    ck_assert_double_eq(metric(s2, "pg/loss"), metric(s, "pg/loss"));
+    ck_assert_int_eq(m2->step, m->step);
+    /* a corrupt checkpoint changes nothing */
+    char st_path[700];
+    snprintf(st_path, sizeof st_path, "%s/state.json", ck);
+    FILE *f = fopen(st_path, "w");
+    fputs("{\"format\": \"fp4rl-rl-checkpoint\", \"version\": 1}", f);
+    fclose(f);
+    ck_assert_int_eq(fp4rl_rl_session_load(s2, ck), FP4RL_ERR_CORRUPT);
+    float *still = all_params(m2);
+    ck_assert_mem_eq(got, still, (size_t)m->total * sizeof(float));
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    free(want); free(got); free(still);
+    fp4rl_rl_session_destroy(s2);
+    fp4rl_model_destroy(m2);
+    fp4rl_quant_policy_destroy(p0);
+    fp4rl_context_destroy(ctx);
+    ctx = ctx0;
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("session");
+    TCase *tc = tcase_create("session");
+    tcase_set_timeout(tc, 600);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_mismatch_bf16_vs_fp4);
+    tcase_add_test(tc, test_resq_2_4_mask);
+    tcase_add_test(tc, test_resq_properties);
+    tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_split_api_and_metrics);
+    tcase_add_test(tc, test_rl_raises_reward);
+    tcase_add_test(tc, test_checkpoint_resume);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
