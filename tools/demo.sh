@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs fp4rl's main program. Until the end-to-end FP4 RL demo exists, that is
-# the format table: each format's error, underflow and saturation on Gaussian and outlier data.
+# Sets up, builds and runs fp4rl's main job: the end-to-end FP4 RL demo (examples/rl_demo.c).
+# A tiny Qwen2-shaped model learns multi-digit addition: supervised warm-up, then GRPO with the
+# HiFloat4 recipe (HiF4 W4A4 rollout + Rollout-ResQ 2:4, FP4 training, TIS). On the CPU by
+# default (a few minutes on 2 cores); pass --gpu to use a GPU when the build has CUDA.
+# Output: progress lines, a before/after table, rl_demo_out/metrics.jsonl, rl_demo_out/reward_curve.svg.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 cmake -S . -B build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build/release -j"$(nproc)" --target fp4rl_format_table
-./build/release/fp4rl_format_table "$@"
+cmake --build build/release -j"$(nproc)" --target fp4rl_rl_demo
+# The model is tiny: one BLAS thread per GEMM beats OpenBLAS's thread pool spinning on small products.
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
+args=(--cpu)
+if [ "${1:-}" = "--gpu" ]; then args=(); shift; fi
+./build/release/fp4rl_rl_demo "${args[@]}" "$@"
