@@ -23,6 +23,32 @@ static int64_t seq_len(const int32_t *lengths, int64_t b, int64_t T)
     return n < 0 ? 0 : (n > T ? T : n);
 }
 
+float fp4rl_cpu_attend_row(float *o, const float *q, const float *k, const float *v, int64_t stride, int64_t n_keys,
+                           int64_t D, float scale)
+{
+    /* pass 1: running max and sum of exponentials (online softmax, so no row of scores is stored) */
+    float m = -INFINITY;
+    double sum = 0.0;
+    for (int64_t s = 0; s < n_keys; s++) {
+        float x = scale * dot(q, k + s * stride, D);
+        if (x > m) {
+            sum = sum * exp((double)m - (double)x) + 1.0;
+            m = x;
+        } else {
+            sum += exp((double)x - (double)m);
+        }
+    }
+    const float row_lse = (float)((double)m + log(sum));
+    /* pass 2: out = sum_s p_s v_s with p_s = exp(x_s - lse), exactly as backward recomputes it */
+    memset(o, 0, (size_t)D * sizeof(float));
+    for (int64_t s = 0; s < n_keys; s++) {
+        float p = expf(scale * dot(q, k + s * stride, D) - row_lse);
+        const float *vs = v + s * stride;
+        for (int64_t d = 0; d < D; d++) o[d] += p * vs[d];
+    }
+    return row_lse;
+}
+
 fp4rl_status fp4rl_cpu_attention_forward(fp4rl_context *ctx, float *out, float *lse, const float *q, const float *k,
                                          const float *v, const int32_t *lengths, int64_t B, int64_t T, int64_t Hq,
                                          int64_t Hkv, int64_t D)
@@ -41,30 +67,9 @@ fp4rl_status fp4rl_cpu_attention_forward(fp4rl_context *ctx, float *out, float *
                     *l_out = 0.0f;
                     continue;
                 }
-                const float *qt = q + ((b * T + t) * Hq + h) * D;
                 const int64_t kh = h / group;
-                /* pass 1: running max and sum of exponentials over the keys s <= t (online
-                 * softmax, so no row of scores has to be stored) */
-                float m = -INFINITY;
-                double sum = 0.0;
-                for (int64_t s = 0; s <= t; s++) {
-                    float x = scale * dot(qt, k + ((b * T + s) * Hkv + kh) * D, D);
-                    if (x > m) {
-                        sum = sum * exp((double)m - (double)x) + 1.0;
-                        m = x;
-                    } else {
-                        sum += exp((double)x - (double)m);
-                    }
-                }
-                const float row_lse = (float)((double)m + log(sum));
-                /* pass 2: out = sum_s p_s v_s with p_s = exp(x_s - lse), exactly as backward
-                 * recomputes it */
-                for (int64_t s = 0; s <= t; s++) {
-                    float p = expf(scale * dot(qt, k + ((b * T + s) * Hkv + kh) * D, D) - row_lse);
-                    const float *vs = v + ((b * T + s) * Hkv + kh) * D;
-                    for (int64_t d = 0; d < D; d++) o[d] += p * vs[d];
-                }
-                *l_out = row_lse;
+                const int64_t kv0 = (b * T * Hkv + kh) * D; /* key 0 of this sequence and kv head */
+                *l_out = fp4rl_cpu_attend_row(o, q + ((b * T + t) * Hq + h) * D, k + kv0, v + kv0, Hkv * D, t + 1, D, scale);
             }
         }
     }

@@ -74,4 +74,11 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_underflow_count(fp4rl_context *ctx, float *c
                                                     int64_t n);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_scale(fp4rl_context *ctx, float *x, int64_t n, float alpha);
 
+/* One query row of attention (ops_attention.c), shared by the training attention and the rollout's
+ * decode attention so both do the same arithmetic in the same order: o = sum_s p_s v_s over the
+ * n_keys keys k_s = k + s * stride (v likewise), p = softmax(scale * q.k) in FP32 with a double
+ * running sum. Returns the row's log-sum-exp. */
+FP4RL_HIDDEN float fp4rl_cpu_attend_row(float *o, const float *q, const float *k, const float *v, int64_t stride,
+                                        int64_t n_keys, int64_t D, float scale);
+
 #endif

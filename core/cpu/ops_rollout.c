@@ -1,6 +1,6 @@
 /* ops_rollout.c - the rollout's ops on the CPU: KV-cache writes, one-query attention against the
- * cache (the same arithmetic, in the same order, as ops_attention.c's forward, so a BF16 rollout
- * and the BF16 trainer see the same attention), Rollout-ResQ masks, sampling, underflow counts. */
+ * cache (fp4rl_cpu_attend_row, the training attention's own row function, so a BF16 rollout and
+ * the BF16 trainer see the same attention), Rollout-ResQ masks, sampling, underflow counts. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +16,6 @@ fp4rl_status fp4rl_cpu_kv_write(fp4rl_context *ctx, float *cache, const float *s
     return FP4RL_OK;
 }
 
-static float dot(const float *a, const float *b, int64_t D)
-{
-    float s = 0.0f;
-    for (int64_t d = 0; d < D; d++) s += a[d] * b[d];
-    return s;
-}
-
 fp4rl_status fp4rl_cpu_attention_decode(fp4rl_context *ctx, float *out, const float *q, const float *kc, const float *vc,
                                         int64_t B, int64_t Tmax, int64_t len, int64_t Hq, int64_t Hkv, int64_t D)
 {
@@ -31,27 +24,8 @@ fp4rl_status fp4rl_cpu_attention_decode(fp4rl_context *ctx, float *out, const fl
     const float scale = 1.0f / sqrtf((float)D);
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++) {
-            const float *qt = q + (b * Hq + h) * D;
-            float *o = out + (b * Hq + h) * D;
-            const int64_t kh = h / group;
-            float m = -INFINITY;
-            double sum = 0.0;
-            for (int64_t s = 0; s < len; s++) {
-                float x = scale * dot(qt, kc + ((b * Tmax + s) * Hkv + kh) * D, D);
-                if (x > m) {
-                    sum = sum * exp((double)m - (double)x) + 1.0;
-                    m = x;
-                } else {
-                    sum += exp((double)x - (double)m);
-                }
-            }
-            const float row_lse = (float)((double)m + log(sum));
-            memset(o, 0, (size_t)D * sizeof(float));
-            for (int64_t s = 0; s < len; s++) {
-                float p = expf(scale * dot(qt, kc + ((b * Tmax + s) * Hkv + kh) * D, D) - row_lse);
-                const float *vs = vc + ((b * Tmax + s) * Hkv + kh) * D;
-                for (int64_t d = 0; d < D; d++) o[d] += p * vs[d];
-            }
+            const int64_t kv0 = (b * Tmax * Hkv + h / group) * D;
+            fp4rl_cpu_attend_row(out + (b * Hq + h) * D, q + (b * Hq + h) * D, kc + kv0, vc + kv0, Hkv * D, len, D, scale);
         }
     return FP4RL_OK;
 }
