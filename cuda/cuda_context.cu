@@ -1,0 +1,195 @@
+/*
+ * cuda_context.cu - a CUDA context: device selection, its stream, cuBLASLt handle and workspace,
+ * host<->device copies, CUDA error reporting, and the backend table.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+/* Errors after which the CUDA context is corrupt: every later call would fail or return garbage,
+ * so the fp4rl context is poisoned and refuses further work. */
+static int is_sticky(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorUnknown:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorDevicesUnavailable:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+fp4rl_status fp4rl_cuda_fail(fp4rl_context *ctx, cudaError_t err, const char *what)
+{
+    if (err == cudaErrorMemoryAllocation) {
+        cudaGetLastError(); /* not sticky: clear it */
+        return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of GPU memory (%s)", what, cudaGetErrorString(err));
+    }
+    if (is_sticky(err)) {
+        if (ctx) ctx->poisoned = 1;
+        return fp4rl_fail(FP4RL_ERR_DEVICE, "%s: CUDA error %s (%s); the device context is corrupt, so this fp4rl context is unusable from now on: destroy it and create a new one",
+                          what, cudaGetErrorName(err), cudaGetErrorString(err));
+    }
+    cudaGetLastError();
+    return fp4rl_fail(FP4RL_ERR_DEVICE, "%s: CUDA error %s (%s)", what, cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
+fp4rl_status fp4rl_cuda_check_launch(fp4rl_context *ctx, const char *what)
+{
+    cudaError_t err = cudaGetLastError();
+    return err == cudaSuccess ? FP4RL_OK : fp4rl_cuda_fail(ctx, err, what);
+}
+
+fp4rl_status fp4rl_cuda_enter(fp4rl_context *ctx)
+{
+    cudaError_t err = cudaSetDevice(fp4rl_cuda_of(ctx)->device);
+    return err == cudaSuccess ? FP4RL_OK : fp4rl_cuda_fail(ctx, err, "cudaSetDevice");
+}
+
+/* ---- memory ops of the backend table ---- */
+static fp4rl_status cuda_alloc(fp4rl_context *ctx, void **p, size_t bytes) { return fp4rl_cuda_alloc_bytes(ctx, p, bytes); }
+static void cuda_free(fp4rl_context *ctx, void *p) { fp4rl_cuda_free_bytes(ctx, p); }
+
+static fp4rl_status cuda_upload(fp4rl_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return FP4RL_OK;
+    fp4rl_status st = fp4rl_cuda_enter(ctx);
+    if (st) return st;
+    /* From pageable memory the call returns once `src` has been staged, so the caller may reuse
+     * its buffer at once; stream order puts the copy before any later op on dst. */
+    cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, fp4rl_cuda_of(ctx)->stream);
+    return err == cudaSuccess ? FP4RL_OK : fp4rl_cuda_fail(ctx, err, "copy to the GPU");
+}
+
+static fp4rl_status cuda_download(fp4rl_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return FP4RL_OK;
+    fp4rl_status st = fp4rl_cuda_enter(ctx);
+    if (st) return st;
+    cudaStream_t s = fp4rl_cuda_of(ctx)->stream;
+    cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(s); /* the host reads dst next */
+    return err == cudaSuccess ? FP4RL_OK : fp4rl_cuda_fail(ctx, err, "copy from the GPU");
+}
+
+static fp4rl_status cuda_memset0(fp4rl_context *ctx, void *dst, size_t bytes)
+{
+    if (!bytes) return FP4RL_OK;
+    fp4rl_status st = fp4rl_cuda_enter(ctx);
+    if (st) return st;
+    cudaError_t err = cudaMemsetAsync(dst, 0, bytes, fp4rl_cuda_of(ctx)->stream);
+    return err == cudaSuccess ? FP4RL_OK : fp4rl_cuda_fail(ctx, err, "cudaMemsetAsync");
+}
+
+/* ---- lifetime ---- */
+static void release(fp4rl_cuda *cu)
+{
+    if (!cu) return;
+    cudaSetDevice(cu->device);
+    if (cu->stream) cudaStreamSynchronize(cu->stream); /* queued work may still use the blocks */
+    fp4rl_cuda_gemm_destroy(cu);
+    if (cu->lt) cublasLtDestroy(cu->lt);
+    if (cu->lt_workspace) cudaFree(cu->lt_workspace);
+    if (cu->scratch_dev) cudaFree(cu->scratch_dev);
+    if (cu->scratch_host) cudaFreeHost(cu->scratch_host);
+    if (cu->counters) cudaFree(cu->counters);
+    fp4rl_cuda_alloc_destroy(cu);
+    if (cu->stream) cudaStreamDestroy(cu->stream);
+    cudaGetLastError(); /* a poisoned context fails all of the above; nothing more to do */
+    free(cu);
+}
+
+static void cuda_context_destroy(fp4rl_context *ctx)
+{
+    release(fp4rl_cuda_of(ctx));
+    ctx->impl = NULL;
+}
+
+static const fp4rl_backend cuda_backend = {
+    "cuda",
+    cuda_alloc,
+    cuda_free,
+    cuda_upload,
+    cuda_download,
+    cuda_memset0,
+    fp4rl_cuda_quantize,
+    fp4rl_cuda_dequantize,
+    fp4rl_cuda_transpose,
+    fp4rl_cuda_gemm_nt,
+    cuda_context_destroy,
+    fp4rl_cuda_matmul,
+};
+
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20) /* what cuBLASLt suggests for Hopper */
+#define SPLITK_COUNTERS 4096                 /* row blocks of the decode kernel; grown on demand */
+
+extern "C" fp4rl_status fp4rl_cuda_context_init(fp4rl_context *ctx, int ordinal)
+{
+    const char *fn = "fp4rl_context_create";
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        return fp4rl_fail(FP4RL_ERR_DEVICE, "no CUDA device: %s: cudaGetDeviceCount failed with %s (%s)", fn,
+                          cudaGetErrorName(err), cudaGetErrorString(err));
+    }
+    if (n == 0) return fp4rl_fail(FP4RL_ERR_DEVICE, "no CUDA device: %s: the CUDA runtime sees no GPU", fn);
+    if (ordinal >= n)
+        return fp4rl_fail(FP4RL_ERR_DEVICE, "no CUDA device: %s: ordinal %d asked for, but only %d GPU%s (0 .. %d)", fn, ordinal, n,
+                          n == 1 ? " is visible" : "s are visible", n - 1);
+
+    fp4rl_cuda *cu = (fp4rl_cuda *)calloc(1, sizeof *cu);
+    if (!cu) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    cu->device = ordinal;
+    cudaDeviceProp prop;
+    const char *step = "cudaSetDevice";
+    err = cudaSetDevice(ordinal);
+    if (err == cudaSuccess) step = "cudaGetDeviceProperties", err = cudaGetDeviceProperties(&prop, ordinal);
+    if (err == cudaSuccess) step = "cudaStreamCreate", err = cudaStreamCreate(&cu->stream);
+    if (err == cudaSuccess) step = "cudaMalloc (cuBLASLt workspace)", err = cudaMalloc(&cu->lt_workspace, LT_WORKSPACE_BYTES);
+    if (err == cudaSuccess) step = "cudaMalloc (scratch)", err = cudaMalloc((void **)&cu->scratch_dev, 64);
+    if (err == cudaSuccess) step = "cudaMallocHost (scratch)", err = cudaMallocHost((void **)&cu->scratch_host, 64);
+    if (err == cudaSuccess) step = "cudaMalloc (counters)", err = cudaMalloc((void **)&cu->counters, SPLITK_COUNTERS * sizeof(unsigned));
+    if (err == cudaSuccess) step = "cudaMemset (counters)", err = cudaMemset(cu->counters, 0, SPLITK_COUNTERS * sizeof(unsigned));
+    if (err != cudaSuccess) {
+        fp4rl_status st = err == cudaErrorMemoryAllocation
+                              ? fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory on CUDA device %d at %s", fn, ordinal, step)
+                              : fp4rl_fail(FP4RL_ERR_DEVICE, "no CUDA device: %s: device %d is not usable: %s failed with %s (%s)", fn,
+                                           ordinal, step, cudaGetErrorName(err), cudaGetErrorString(err));
+        cudaGetLastError();
+        release(cu);
+        return st;
+    }
+    cu->counters_len = SPLITK_COUNTERS;
+    cu->lt_workspace_bytes = LT_WORKSPACE_BYTES;
+    cu->cc_major = prop.major;
+    cu->cc_minor = prop.minor;
+    cu->sm_count = prop.multiProcessorCount;
+    cu->l2_bytes = (size_t)prop.l2CacheSize;
+    if (prop.major < 8) {
+        release(cu);
+        return fp4rl_fail(FP4RL_ERR_DEVICE, "no CUDA device: %s: device %d (%s) has compute capability %d.%d; fp4rl's kernels need 8.0 or newer",
+                          fn, ordinal, prop.name, prop.major, prop.minor);
+    }
+    cublasStatus_t bs = cublasLtCreate(&cu->lt);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        cu->lt = NULL;
+        release(cu);
+        return fp4rl_fail(FP4RL_ERR_DEVICE, "no CUDA device: %s: cublasLtCreate failed on device %d (status %d)", fn, ordinal, (int)bs);
+    }
+    ctx->impl = cu;
+    ctx->be = &cuda_backend;
+    return FP4RL_OK;
+}

@@ -1,0 +1,122 @@
+/*
+ * cuda_internal.h - the CUDA backend's state (ctx->impl) and the functions its files share.
+ * CUDA C++ only (the .cu files of cuda/ and the benchmark); nothing here crosses the ABI.
+ */
+#ifndef FP4RL_CUDA_INTERNAL_H
+#define FP4RL_CUDA_INTERNAL_H
+
+#include <cuda_runtime.h>
+#include <cublasLt.h>
+
+#include "internal.h"
+
+/* ---- the caching allocator (cuda_alloc.cu) ----
+ * cudaMalloc / cudaFree synchronize the device and cost tens of microseconds, so freed blocks go
+ * to per-size free lists and are handed out again. Every op of a context runs on its one stream,
+ * so a block freed after being used by queued work can be reused at once by later work on the
+ * same stream: stream order keeps them apart. */
+typedef struct fp4rl_cuda_block {
+    void *ptr;
+    size_t size; /* the bucket size actually allocated */
+    int in_use;
+} fp4rl_cuda_block;
+
+#define FP4RL_CUDA_NBUCKETS 256
+typedef struct fp4rl_cuda_free_list {
+    void **ptrs;
+    size_t len;
+    size_t cap; /* kept >= the number of blocks of this bucket, so a free never needs memory */
+    size_t nblocks;
+} fp4rl_cuda_free_list;
+
+typedef struct fp4rl_cuda_alloc {
+    fp4rl_cuda_block *blocks; /* open-addressing table keyed by ptr (linear probing) */
+    size_t cap, count;        /* slots, live records */
+    fp4rl_cuda_free_list lists[FP4RL_CUDA_NBUCKETS];
+    size_t cached_bytes, used_bytes;
+} fp4rl_cuda_alloc;
+
+/* The size a request is served with: 512-byte granules, then four steps per power of two, so
+ * the waste stays under 25% and equal requests share a bucket. */
+size_t fp4rl_cuda_bucket_size(size_t bytes);
+
+/* ---- a cached cuBLASLt plan (gemm.cu) ---- */
+#define FP4RL_CUDA_PLAN_CACHE 16
+typedef struct fp4rl_cuda_plan {
+    int valid;
+    int64_t m, n, k;
+    int ab_type, c_type; /* cudaDataType values */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    int has_algo;
+    unsigned stamp;
+} fp4rl_cuda_plan;
+
+typedef struct fp4rl_cuda {
+    int device;
+    int cc_major, cc_minor, sm_count;
+    size_t l2_bytes;
+    cudaStream_t stream;
+    fp4rl_cuda_alloc alloc;
+    cublasLtHandle_t lt;
+    void *lt_workspace;
+    size_t lt_workspace_bytes;
+    fp4rl_cuda_plan plans[FP4RL_CUDA_PLAN_CACHE];
+    unsigned plan_clock;
+    /* Small scratch: the NVFP4 tensor amax and flags (device), their host mirror (pinned). */
+    unsigned *scratch_dev;
+    unsigned *scratch_host;
+    /* Arrival counters of the split-K decode kernel; always all zero between launches. */
+    unsigned *counters;
+    size_t counters_len;
+} fp4rl_cuda;
+
+static inline fp4rl_cuda *fp4rl_cuda_of(const fp4rl_context *ctx) { return (fp4rl_cuda *)ctx->impl; }
+
+/* ---- errors (cuda_context.cu) ----
+ * Turns a CUDA error into a status and a message naming `what`. Errors that leave the device
+ * context unusable (illegal address, launch failure, ...) poison ctx; an allocation failure is
+ * FP4RL_ERR_OUT_OF_MEMORY; others are FP4RL_ERR_DEVICE. */
+fp4rl_status fp4rl_cuda_fail(fp4rl_context *ctx, cudaError_t err, const char *what);
+/* The error of the last launch (cudaGetLastError), as a status. */
+fp4rl_status fp4rl_cuda_check_launch(fp4rl_context *ctx, const char *what);
+/* Makes ctx's device current for this thread. */
+fp4rl_status fp4rl_cuda_enter(fp4rl_context *ctx);
+
+/* ---- memory (cuda_alloc.cu) ---- */
+fp4rl_status fp4rl_cuda_alloc_bytes(fp4rl_context *ctx, void **p, size_t bytes);
+void fp4rl_cuda_free_bytes(fp4rl_context *ctx, void *p);
+/* Returns every cached free block to the driver. */
+void fp4rl_cuda_alloc_trim(fp4rl_cuda *cu);
+void fp4rl_cuda_alloc_destroy(fp4rl_cuda *cu);
+
+/* ---- the backend's ops ---- */
+fp4rl_status fp4rl_cuda_quantize(fp4rl_context *ctx, fp4rl_tensor *q, const fp4rl_tensor *src, const fp4rl_qparams *p);
+fp4rl_status fp4rl_cuda_dequantize(fp4rl_context *ctx, fp4rl_tensor *out, const fp4rl_tensor *q, int unscaled);
+fp4rl_status fp4rl_cuda_transpose(fp4rl_context *ctx, fp4rl_tensor *out, const fp4rl_tensor *t);
+fp4rl_status fp4rl_cuda_gemm_nt(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b, float alpha);
+fp4rl_status fp4rl_cuda_matmul(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b);
+void fp4rl_cuda_gemm_destroy(fp4rl_cuda *cu);
+
+/* Dequantizes q into a dense BF16/F32 device buffer of q's [R, C] shape (unscaled: without
+ * NVFP4's g). When `inexact` is not NULL, *inexact is set when some value is not exactly
+ * representable in the BF16 output (only possible for MXFP8; synchronizes). */
+fp4rl_status fp4rl_cuda_dequantize_to(fp4rl_context *ctx, void *out, fp4rl_dtype out_dtype, const fp4rl_tensor *q,
+                                      int unscaled, int *inexact);
+
+/* ---- the fused FP4-weight decode GEMM (decode_gemm.cu) ----
+ * c[M, N] = alpha * a[M, K] * dequant(w[N, K])^T for a dense F32/BF16 `a` with M <= 64 and a
+ * MXFP4 / NVFP4 / HiF4 `w` whose blocks run along K (1D, or 2D tiles), reading the packed codes and
+ * scales directly. Returns FP4RL_ERR_UNSUPPORTED (without a message) when the shapes do not fit it. */
+#define FP4RL_DECODE_MAX_M 64
+int fp4rl_cuda_decode_gemm_fits(const fp4rl_tensor *a, const fp4rl_tensor *w);
+fp4rl_status fp4rl_cuda_decode_gemm(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *w, float alpha);
+/* The same with `slices` split-K slices (0: the automatic choice), for the benchmark's sweep. */
+fp4rl_status fp4rl_cuda_decode_gemm_split(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *w, float alpha,
+                                          int slices);
+
+/* Launch helpers: a grid of ceil(n / threads) blocks. */
+static inline unsigned fp4rl_cuda_blocks(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+#endif
