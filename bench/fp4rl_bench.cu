@@ -1,0 +1,289 @@
+/*
+ * fp4rl_bench.cu - throughput of the CUDA backend next to the ceilings measured in the same run.
+ *
+ *   fp4rl_bench [reps]      (default 10 timed runs per row, median reported)
+ *
+ * 1. Device-to-device copy bandwidth (bytes read + written), the ceiling of quantization.
+ * 2. fp4rl_quantize of a BF16 8192 x 8192 tensor, every format x {1D, 2D} x {nearest, stochastic}:
+ *    bytes read + written per second (source once, codes and scales once) and the share of copy
+ *    bandwidth.
+ * 3. fp4rl_matmul at M = N = K = 4096 and 8192 with both operands in each FP4 format (the
+ *    dequantization to BF16 included) against the same call on BF16 operands (cuBLASLt BF16).
+ * 4. Decode-shaped products, M in {1, 16, 64}, N = K = 8192: the fused FP4-weight kernel against
+ *    cuBLASLt BF16, each rotating through enough weight buffers that L2 (60 MB on an H200) holds
+ *    none of them between uses.
+ *
+ * Timing: CUDA events on the context's stream around each call, after a busy-wait kernel that
+ * lets the host queue the whole sequence first (so no launch gap lands inside a measurement);
+ * warm-up runs first; the median of `reps`.
+ */
+#include <algorithm>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <vector>
+
+#include "cuda_internal.h"
+#include "formats.h"
+
+#define CK(call)                                                                                          \
+    do {                                                                                                  \
+        fp4rl_status st_ = (call);                                                                        \
+        if (st_ != FP4RL_OK) {                                                                            \
+            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call, fp4rl_status_name(st_), fp4rl_last_error()); \
+            exit(1);                                                                                      \
+        }                                                                                                 \
+    } while (0)
+#define CU(call)                                                                                          \
+    do {                                                                                                  \
+        cudaError_t e_ = (call);                                                                          \
+        if (e_ != cudaSuccess) {                                                                          \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                                      \
+        }                                                                                                 \
+    } while (0)
+
+static fp4rl_context *ctx;
+static cudaStream_t stream;
+static int reps = 10;
+
+/* Busy-waits about `ns` nanoseconds of GPU time. */
+__global__ void spin_kernel(unsigned long long ns)
+{
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
+/* Roughly Gaussian BF16 values from a hash of the index (sum of four uniforms). */
+__global__ void fill_bf16_kernel(uint16_t *x, int64_t n, uint32_t seed)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 0x9E3779B1u ^ seed;
+        float s = 0.0f;
+        for (int k = 0; k < 4; k++) {
+            h ^= h >> 16;
+            h *= 0x7feb352du;
+            h ^= h >> 15;
+            h *= 0x846ca68bu;
+            h ^= h >> 16;
+            s += (float)(h >> 8) * 0x1p-24f;
+        }
+        x[i] = fp4rl_f32_to_bf16((s - 2.0f) * 1.7320508f);
+    }
+}
+
+static fp4rl_tensor *random_bf16(int64_t rows, int64_t cols, uint32_t seed)
+{
+    const int64_t d[2] = {rows, cols};
+    fp4rl_tensor *t;
+    CK(fp4rl_tensor_zeros(&t, ctx, FP4RL_DTYPE_BF16, 2, d));
+    fill_bf16_kernel<<<1024, 256, 0, stream>>>(static_cast<uint16_t *>(t->data), rows * cols, seed);
+    CU(cudaGetLastError());
+    return t;
+}
+
+static double median(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Times `op(i)` for i = 0 .. warm + reps - 1 (the first `warm` untimed); returns the median in
+ * milliseconds. `op` may synchronize (NVFP4 quantization reads its amax back): then the spin
+ * lead is lost for that op but the events still bracket only its own GPU work. */
+template <typename F>
+static double time_ms(F op, int warm = 3)
+{
+    const int n = warm + reps;
+    std::vector<cudaEvent_t> ev(2 * n);
+    for (auto &e : ev) CU(cudaEventCreate(&e));
+    spin_kernel<<<1, 1, 0, stream>>>(20ull * 1000 * 1000); /* 20 ms: time to queue the sequence */
+    for (int i = 0; i < n; i++) {
+        CU(cudaEventRecord(ev[2 * i], stream));
+        op(i);
+        CU(cudaEventRecord(ev[2 * i + 1], stream));
+    }
+    CU(cudaStreamSynchronize(stream));
+    std::vector<double> t;
+    for (int i = warm; i < n; i++) {
+        float ms;
+        CU(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+        t.push_back(ms);
+    }
+    for (auto &e : ev) CU(cudaEventDestroy(e));
+    return median(t);
+}
+
+static const char *fmt_name(fp4rl_dtype f) { return fp4rl_dtype_name(f); }
+
+static fp4rl_quant_policy *policy(fp4rl_dtype f, int tile, int stochastic)
+{
+    fp4rl_quant_policy *p;
+    CK(fp4rl_quant_policy_create(&p));
+    CK(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_WEIGHT, f));
+    CK(fp4rl_quant_policy_set(p, FP4RL_QP_TILE_WEIGHT, tile));
+    CK(fp4rl_quant_policy_set(p, FP4RL_QP_SCALE_RULE, FP4RL_SCALE_TRUNCATION_FREE));
+    CK(fp4rl_quant_policy_set(p, FP4RL_QP_ROUNDING_WEIGHT, stochastic));
+    return p;
+}
+
+static const fp4rl_dtype FORMATS[4] = {FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_NVFP4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP8_E4M3};
+static const fp4rl_dtype FP4[3] = {FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_NVFP4, FP4RL_DTYPE_HIF4};
+static int tile2d(fp4rl_dtype f) { return f == FP4RL_DTYPE_HIF4 ? 64 : f == FP4RL_DTYPE_NVFP4 ? 16 : 32; }
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) reps = atoi(argv[1]) > 0 ? atoi(argv[1]) : reps;
+    const int decode_only = argc > 2 && strcmp(argv[2], "decode") == 0; /* for profiling runs */
+    fp4rl_status st = fp4rl_context_create(&ctx, FP4RL_DEVICE_CUDA, 0);
+    if (st != FP4RL_OK) {
+        printf("skip: %s\n", fp4rl_last_error());
+        return 77;
+    }
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    stream = cu->stream;
+    cudaDeviceProp prop;
+    CU(cudaGetDeviceProperties(&prop, cu->device));
+    char date[32];
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    printf("# fp4rl_bench, %s, %s (%d SMs, %.0f MB L2), median of %d\n\n", date, prop.name, prop.multiProcessorCount,
+           prop.l2CacheSize / 1e6, reps);
+
+    if (decode_only) goto decode;
+    {
+    /* ---- 1. copy bandwidth ---- */
+    const size_t cbytes = (size_t)1 << 30;
+    void *s0, *s1;
+    CU(cudaMalloc(&s0, cbytes));
+    CU(cudaMalloc(&s1, cbytes));
+    CU(cudaMemsetAsync(s0, 1, cbytes, stream));
+    const double copy_ms = time_ms([&](int) { CU(cudaMemcpyAsync(s1, s0, cbytes, cudaMemcpyDeviceToDevice, stream)); });
+    const double copy_bw = 2.0 * cbytes / (copy_ms * 1e-3) / 1e9;
+    CU(cudaFree(s0));
+    CU(cudaFree(s1));
+    printf("## Device-to-device copy, 1 GiB: %.3f ms, %.0f GB/s (bytes read + written)\n\n", copy_ms, copy_bw);
+
+    /* ---- 2. quantize throughput ---- */
+    const int64_t QN = 8192;
+    fp4rl_tensor *x = random_bf16(QN, QN, 1);
+    printf("## Quantize, BF16 %lld x %lld (truncation-free scales where the format has a rule)\n\n", (long long)QN, (long long)QN);
+    printf("| format | blocks | rounding | time (us) | GB/s (read + written) | %% of copy |\n|---|---|---|---|---|---|\n");
+    for (fp4rl_dtype f : FORMATS)
+        for (int two_d = 0; two_d < 2; two_d++)
+            for (int sr = 0; sr < 2; sr++) {
+                const int tile = two_d ? tile2d(f) : 0;
+                fp4rl_quant_policy *p = policy(f, tile, sr);
+                fp4rl_tensor *q;
+                CK(fp4rl_quantize(&q, ctx, x, f, p, FP4RL_ROLE_WEIGHT));
+                const double bytes = (double)fp4rl_tensor_nbytes(x) + (double)fp4rl_tensor_nbytes(q);
+                fp4rl_tensor_destroy(q);
+                const double ms = time_ms([&](int) {
+                    fp4rl_tensor *r;
+                    CK(fp4rl_quantize(&r, ctx, x, f, p, FP4RL_ROLE_WEIGHT));
+                    fp4rl_tensor_destroy(r); /* back to the cache; stream order protects it */
+                });
+                const double bw = bytes / (ms * 1e-3) / 1e9;
+                char blocks[16];
+                snprintf(blocks, sizeof blocks, two_d ? "2D %dx%d" : "1D", tile, tile);
+                printf("| %s | %s | %s | %.1f | %.0f | %.0f%% |\n", fmt_name(f), blocks, sr ? "stochastic" : "nearest", ms * 1e3, bw,
+                       100.0 * bw / copy_bw);
+                fflush(stdout);
+                fp4rl_quant_policy_destroy(p);
+            }
+    fp4rl_tensor_destroy(x);
+
+    /* ---- 3. large GEMMs ---- */
+    printf("\n## GEMM C[M,N] = A[M,K] B[N,K]^T, BF16 output, M = N = K\n\n");
+    printf("| size | operands | time (ms) | TFLOP/s | vs cuBLASLt BF16 |\n|---|---|---|---|---|\n");
+    for (int64_t n : {4096, 8192}) {
+        const int64_t dc[2] = {n, n};
+        fp4rl_tensor *a = random_bf16(n, n, 2), *b = random_bf16(n, n, 3), *c;
+        CK(fp4rl_tensor_zeros(&c, ctx, FP4RL_DTYPE_BF16, 2, dc));
+        const double flop = 2.0 * n * n * n;
+        const double base = time_ms([&](int) { CK(fp4rl_matmul(c, ctx, a, b)); });
+        printf("| %lld | BF16 x BF16 (cuBLASLt) | %.3f | %.0f | 1.00 |\n", (long long)n, base, flop / (base * 1e-3) / 1e12);
+        for (fp4rl_dtype f : FP4) {
+            fp4rl_quant_policy *p = policy(f, 0, 0);
+            fp4rl_tensor *qa, *qb;
+            CK(fp4rl_quantize(&qa, ctx, a, f, p, FP4RL_ROLE_WEIGHT));
+            CK(fp4rl_quantize(&qb, ctx, b, f, p, FP4RL_ROLE_WEIGHT));
+            const double ms = time_ms([&](int) { CK(fp4rl_matmul(c, ctx, qa, qb)); });
+            printf("| %lld | %s x %s (dequant to BF16 + cuBLASLt) | %.3f | %.0f | %.2f |\n", (long long)n, fmt_name(f), fmt_name(f), ms,
+                   flop / (ms * 1e-3) / 1e12, base / ms);
+            fflush(stdout);
+            fp4rl_tensor_destroy(qa);
+            fp4rl_tensor_destroy(qb);
+            fp4rl_quant_policy_destroy(p);
+        }
+        fp4rl_tensor_destroy(a);
+        fp4rl_tensor_destroy(b);
+        fp4rl_tensor_destroy(c);
+    }
+
+    }
+decode:
+    /* ---- 4. decode-shaped products ---- */
+    const int64_t DN = 8192, DK = 8192;
+    const int NBF = 3, NQ = 6; /* 3 x 128 MB of BF16 weights, 6 x ~36 MB of FP4: each set well over L2 */
+    printf("\n## Decode-shaped GEMM, N = K = %lld, BF16 activations and output, weights rotated (%d BF16 / %d FP4 buffers)\n\n",
+           (long long)DN, NBF, NQ);
+    printf("| M | weights | time (us) | weight GB/s | speed-up vs cuBLASLt BF16 |\n|---|---|---|---|---|\n");
+    std::vector<fp4rl_tensor *> wb;
+    for (int i = 0; i < NBF; i++) wb.push_back(random_bf16(DN, DK, 10 + i));
+    std::vector<std::vector<fp4rl_tensor *>> wq(3);
+    for (int fi = 0; fi < 3; fi++) {
+        fp4rl_quant_policy *p = policy(FP4[fi], 0, 0);
+        for (int i = 0; i < NQ; i++) {
+            fp4rl_tensor *q;
+            CK(fp4rl_quantize(&q, ctx, wb[i % NBF], FP4[fi], p, FP4RL_ROLE_WEIGHT));
+            wq[fi].push_back(q);
+        }
+        fp4rl_quant_policy_destroy(p);
+    }
+    for (int64_t M : {1, 16, 64}) {
+        const int64_t dc[2] = {M, DN};
+        fp4rl_tensor *a = random_bf16(M, DK, 20), *c;
+        CK(fp4rl_tensor_zeros(&c, ctx, FP4RL_DTYPE_BF16, 2, dc));
+        const double base = time_ms([&](int i) { CK(fp4rl_matmul(c, ctx, a, wb[i % NBF])); });
+        printf("| %lld | BF16 (cuBLASLt) | %.1f | %.0f | 1.00 |\n", (long long)M, base * 1e3, (double)fp4rl_tensor_nbytes(wb[0]) / (base * 1e-3) / 1e9);
+        for (int fi = 0; fi < 3; fi++) {
+            const double ms = time_ms([&](int i) { CK(fp4rl_matmul(c, ctx, a, wq[fi][i % NQ])); });
+            printf("| %lld | %s (fused FP4-weight kernel) | %.1f | %.0f | %.2f |\n", (long long)M, fmt_name(FP4[fi]), ms * 1e3,
+                   (double)fp4rl_tensor_nbytes(wq[fi][0]) / (ms * 1e-3) / 1e9, base / ms);
+            fflush(stdout);
+        }
+        fp4rl_tensor_destroy(a);
+        fp4rl_tensor_destroy(c);
+    }
+    /* the split-K choice, swept for MXFP4 (the automatic one is what the table above used) */
+    printf("\n### Split-K sweep, MXFP4 weights (us)\n\n| M | auto |");
+    const int sweep[] = {1, 2, 4, 8, 16, 32};
+    for (int sl : sweep) printf(" %d |", sl);
+    printf("\n|---|---|---|---|---|---|---|---|\n");
+    for (int64_t M : {1, 16, 64}) {
+        const int64_t dc[2] = {M, DN};
+        fp4rl_tensor *a = random_bf16(M, DK, 20), *c;
+        CK(fp4rl_tensor_zeros(&c, ctx, FP4RL_DTYPE_BF16, 2, dc));
+        printf("| %lld |", (long long)M);
+        for (int sl = -1; sl < (int)(sizeof sweep / sizeof sweep[0]); sl++) {
+            const int want = sl < 0 ? 0 : sweep[sl];
+            const double ms = time_ms([&](int i) { CK(fp4rl_cuda_decode_gemm_split(ctx, c, a, wq[0][i % NQ], 1.0f, want)); });
+            printf(" %.1f |", ms * 1e3);
+        }
+        printf("\n");
+        fflush(stdout);
+        fp4rl_tensor_destroy(a);
+        fp4rl_tensor_destroy(c);
+    }
+    for (auto *t : wb) fp4rl_tensor_destroy(t);
+    for (auto &v : wq)
+        for (auto *t : v) fp4rl_tensor_destroy(t);
+    fp4rl_context_destroy(ctx);
+    return 0;
+}
