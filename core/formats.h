@@ -97,24 +97,28 @@ typedef struct fp4rl_grid { int mbits; int emin; float maxv; } fp4rl_grid;
 #define FP4RL_GRID_E2M1 ((fp4rl_grid){1, 0, 6.0f})
 #define FP4RL_GRID_E4M3 ((fp4rl_grid){3, -6, 448.0f})
 
-/* Spacing of the grid at magnitude a (a finite, >= 0). */
-FP4RL_HD float fp4rl_grid_quantum(fp4rl_grid g, float a)
+/* log2 of the spacing of the grid at magnitude a (a finite, >= 0). Every division by a power
+ * of two below is written as a multiplication by its (exact) reciprocal: both are correctly
+ * rounded operations on the same real number, so the bits are identical, and a multiply is far
+ * cheaper than an IEEE division, on the GPU above all. */
+FP4RL_HD int fp4rl_grid_qexp(fp4rl_grid g, float a)
 {
     int e = (a < fp4rl_exp2i(g.emin)) ? g.emin : fp4rl_ilog2(a);
-    return fp4rl_exp2i(e - g.mbits);
+    return e - g.mbits;
 }
 /* Rounds a finite magnitude a >= 0 to the grid: nearest-even (u < 0) or stochastic with uniform u,
  * saturating at the max. The result is an exact grid value. */
 FP4RL_HD float fp4rl_grid_round(fp4rl_grid g, float a, float u)
 {
     if (a >= g.maxv) return g.maxv;
-    float q = fp4rl_grid_quantum(g, a);
+    const int qe = fp4rl_grid_qexp(g, a);
+    const float q = fp4rl_exp2i(qe), qinv = fp4rl_exp2i(-qe);
     float r;
     if (u < 0.0f) {
-        r = rintf(a / q) * q;           /* a / q is exact (q is a power of two) */
+        r = rintf(a * qinv) * q;        /* a / q, exact */
     } else {
-        float lo = floorf(a / q) * q, hi = lo + q;
-        r = (u < (a - lo) / (hi - lo)) ? hi : lo;
+        float lo = floorf(a * qinv) * q, hi = lo + q;
+        r = (u < (a - lo) * qinv) ? hi : lo; /* (v - lo) / (hi - lo), hi - lo = q */
     }
     return r > g.maxv ? g.maxv : r;
 }
@@ -122,16 +126,16 @@ FP4RL_HD float fp4rl_grid_round(fp4rl_grid g, float a, float u)
 FP4RL_HD uint32_t fp4rl_grid_encode(fp4rl_grid g, float r)
 {
     if (r < fp4rl_exp2i(g.emin)) /* subnormal or zero: exponent field 0 */
-        return (uint32_t)(r / fp4rl_exp2i(g.emin - g.mbits));
+        return (uint32_t)(r * fp4rl_exp2i(g.mbits - g.emin));
     int e = fp4rl_ilog2(r);
-    uint32_t m = (uint32_t)((r / fp4rl_exp2i(e) - 1.0f) * (float)(1 << g.mbits));
+    uint32_t m = (uint32_t)((r * fp4rl_exp2i(-e) - 1.0f) * (float)(1 << g.mbits));
     return ((uint32_t)(e - g.emin + 1) << g.mbits) | m;
 }
 FP4RL_HD float fp4rl_grid_decode(fp4rl_grid g, uint32_t bits)
 {
     uint32_t ef = bits >> g.mbits, m = bits & ((1u << g.mbits) - 1u);
     if (ef == 0) return (float)m * fp4rl_exp2i(g.emin - g.mbits);
-    return (1.0f + (float)m / (float)(1 << g.mbits)) * fp4rl_exp2i((int)ef - 1 + g.emin);
+    return (1.0f + (float)m * fp4rl_exp2i(-g.mbits)) * fp4rl_exp2i((int)ef - 1 + g.emin);
 }
 
 /* E2M1: code = s<<3 | magnitude bits. `v` is the scaled value; u < 0 means nearest. */
@@ -210,11 +214,11 @@ FP4RL_HD fp4rl_hif4_base fp4rl_hif4_make_base(float amax)
     if (sf > 49152.0f) sf = 49152.0f;
     sf = fp4rl_round_bf16(sf);
     int e = fp4rl_ilog2(sf);                     /* sf = (q / 4) * 2^e with q in [4, 8) */
-    float qf = rintf(sf / fp4rl_exp2i(e - 2));   /* exact power-of-two scaling, then RNE */
+    float qf = rintf(sf * fp4rl_exp2i(2 - e));   /* exact power-of-two scaling, then RNE */
     int q = (int)qf;
     if (q == 8) { q = 4; e += 1; }
     b.e6m2 = ((uint32_t)(e + 48) << 2) | (uint32_t)(q - 4);
-    b.base = ((float)q / 4.0f) * fp4rl_exp2i(e);
+    b.base = ((float)q * 0.25f) * fp4rl_exp2i(e);
     b.rec = fp4rl_round_bf16(1.0f / b.base);
     return b;
 }
@@ -222,7 +226,7 @@ FP4RL_HD fp4rl_hif4_base fp4rl_hif4_make_base(float amax)
 FP4RL_HD float fp4rl_hif4_word_base(uint32_t word)
 {
     uint32_t s = word & 0xFFu;
-    return (1.0f + (float)(s & 3u) / 4.0f) * fp4rl_exp2i((int)(s >> 2) - 48);
+    return (1.0f + (float)(s & 3u) * 0.25f) * fp4rl_exp2i((int)(s >> 2) - 48);
 }
 /* Step 5: the increment bits. m8: max magnitude of the 8-element (8x8) sub-block; m4: of the
  * 4-element (4x4) micro-block; e8: the e8 bit of the micro-block's parent. */
@@ -242,8 +246,8 @@ FP4RL_HD uint8_t fp4rl_hif4_encode(float x, int inc, float rec, float u)
     } else if (v >= 1.75f) {
         n = 7.0f;
     } else {
-        float lo = floorf(v * 4.0f) / 4.0f, hi = lo + 0.25f;
-        n = (u < (v - lo) / (hi - lo)) ? lo * 4.0f + 1.0f : lo * 4.0f;
+        float lo = floorf(v * 4.0f) * 0.25f;
+        n = (u < (v - lo) * 4.0f) ? lo * 4.0f + 1.0f : lo * 4.0f; /* (v - lo) / (hi - lo), hi - lo = 1/4 */
     }
     if (n > 7.0f) n = 7.0f;
     return (uint8_t)((fp4rl_signbit(x) << 3) | (uint32_t)n);
@@ -253,7 +257,7 @@ FP4RL_HD float fp4rl_hif4_decode(uint8_t code, uint32_t word, int j)
 {
     if ((word & 0xFFu) == FP4RL_HIF4_NAN_WORD) return fp4rl_bits_f32(0x7fc00000u);
     int inc = (int)((word >> (8 + j / 8)) & 1u) + (int)((word >> (16 + j / 4)) & 1u);
-    float m = ((float)(code & 7u) / 4.0f) * fp4rl_exp2i(inc) * fp4rl_hif4_word_base(word);
+    float m = ((float)(code & 7u) * 0.25f) * fp4rl_exp2i(inc) * fp4rl_hif4_word_base(word);
     return (code & 8u) ? -m : m;
 }
 
