@@ -1,0 +1,101 @@
+//! `Context`: a device, its memory and its random-number state.
+
+use std::fmt;
+use std::ptr::{self, NonNull};
+
+use fp4rl_sys as sys;
+
+use crate::enums::Device;
+use crate::error::{check, Result};
+
+/// A device, its memory and its random-number state. Everything else (tensors, models,
+/// sessions) lives in a context and borrows it, so the context outlives them all.
+///
+/// The C library lets one thread at a time use a context. `Context` is therefore `Send` (it can
+/// move to another thread with nothing borrowing it) but not `Sync`, and the objects borrowing
+/// it are neither: a context and its objects are used by one thread.
+///
+/// Methods that change the context's state take `&self`: the random state is shared by every
+/// tensor and model of the context (each stochastic quantization advances it), like a `Cell`.
+pub struct Context {
+    raw: NonNull<sys::fp4rl_context>,
+}
+
+// SAFETY: the library allows a context to be used from any one thread at a time; nothing in it
+// is tied to the creating thread. `Sync` is not implemented (NonNull is !Sync), so shared
+// references, and with them every object borrowing the context, stay on one thread.
+unsafe impl Send for Context {}
+
+/// A context's random state: its seed and the offset the next stochastic quantization uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RngState {
+    pub seed: u64,
+    pub offset: u64,
+}
+
+impl Context {
+    /// A context on `device`; `ordinal` picks the GPU (0 for the CPU). A CUDA context on a
+    /// machine without a usable GPU is [`Status::Device`](crate::Status::Device); in a library
+    /// built without CUDA, [`Status::Unsupported`](crate::Status::Unsupported).
+    pub fn new(device: Device, ordinal: i32) -> Result<Context> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; on success the library hands us a new handle.
+        check(unsafe { sys::fp4rl_context_create(&mut raw, device.as_raw(), ordinal) })?;
+        Ok(Context { raw: NonNull::new(raw).expect("fp4rl_context_create returned OK and NULL") })
+    }
+
+    /// A CPU context.
+    pub fn cpu() -> Result<Context> {
+        Context::new(Device::Cpu, 0)
+    }
+
+    /// A context on GPU `ordinal`.
+    pub fn cuda(ordinal: i32) -> Result<Context> {
+        Context::new(Device::Cuda, ordinal)
+    }
+
+    /// The context's device.
+    pub fn device(&self) -> Device {
+        // SAFETY: a live handle.
+        let raw = unsafe { sys::fp4rl_context_device(self.raw.as_ptr()) };
+        Device::from_raw(raw).expect("fp4rl_context_device returned an unknown device")
+    }
+
+    /// Sets the seed of stochastic rounding and resets the random offset to 0.
+    pub fn set_seed(&self, seed: u64) -> Result<()> {
+        // SAFETY: a live handle; the context is not shared across threads (!Sync).
+        check(unsafe { sys::fp4rl_context_set_seed(self.raw.as_ptr(), seed) })
+    }
+
+    /// The seed and the offset the next stochastic quantization will use.
+    pub fn rng(&self) -> Result<RngState> {
+        let (mut seed, mut offset) = (0, 0);
+        // SAFETY: a live handle and valid out-pointers.
+        check(unsafe { sys::fp4rl_context_get_rng(self.raw.as_ptr(), &mut seed, &mut offset) })?;
+        Ok(RngState { seed, offset })
+    }
+
+    /// Sets the random offset (to replay a run from a (seed, offset) pair).
+    pub fn set_rng_offset(&self, offset: u64) -> Result<()> {
+        // SAFETY: a live handle.
+        check(unsafe { sys::fp4rl_context_set_rng_offset(self.raw.as_ptr(), offset) })
+    }
+
+    /// The raw handle, for calls into fp4rl-sys. It stays owned by this `Context`.
+    pub fn as_ptr(&self) -> *mut sys::fp4rl_context {
+        self.raw.as_ptr()
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle; borrows guarantee nothing of the context is still alive.
+        unsafe { sys::fp4rl_context_destroy(self.raw.as_ptr()) }
+    }
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context").field("device", &self.device()).field("rng", &self.rng().ok()).finish()
+    }
+}
