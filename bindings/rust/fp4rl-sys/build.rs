@@ -86,8 +86,10 @@ fn main() {
 
     let libdir = pkg_config(&["--variable=libdir"]).map(|d| tidy(&d)).unwrap_or_else(|e| fail(&e));
     let includedir = pkg_config(&["--variable=includedir"]).map(|d| tidy(&d)).unwrap_or_else(|e| fail(&e));
-    for dir in [&libdir, &includedir] {
-        println!("cargo:rerun-if-changed={}", dir.display());
+    // Re-run when the installed library's .pc file changes (a new version or location); an
+    // unchanged .pc means the same ABI, and the library itself is linked dynamically.
+    if let Ok(pcdir) = pkg_config(&["--variable=pcfiledir"]) {
+        println!("cargo:rerun-if-changed={}", tidy(&pcdir).join("fp4rl.pc").display());
     }
 
     // Tests of this crate run without LD_LIBRARY_PATH: the library directory goes into their
