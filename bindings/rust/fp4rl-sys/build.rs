@@ -53,7 +53,12 @@ fn fail(msg: &str) -> ! {
 }
 
 fn main() {
-    for var in ["PKG_CONFIG", "PKG_CONFIG_PATH", "PKG_CONFIG_LIBDIR", "PKG_CONFIG_SYSROOT_DIR"] {
+    for var in [
+        "PKG_CONFIG",
+        "PKG_CONFIG_PATH",
+        "PKG_CONFIG_LIBDIR",
+        "PKG_CONFIG_SYSROOT_DIR",
+    ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     println!("cargo:rerun-if-changed=build.rs");
@@ -84,8 +89,12 @@ fn main() {
         }
     }
 
-    let libdir = pkg_config(&["--variable=libdir"]).map(|d| tidy(&d)).unwrap_or_else(|e| fail(&e));
-    let includedir = pkg_config(&["--variable=includedir"]).map(|d| tidy(&d)).unwrap_or_else(|e| fail(&e));
+    let libdir = pkg_config(&["--variable=libdir"])
+        .map(|d| tidy(&d))
+        .unwrap_or_else(|e| fail(&e));
+    let includedir = pkg_config(&["--variable=includedir"])
+        .map(|d| tidy(&d))
+        .unwrap_or_else(|e| fail(&e));
     // Re-run when the installed library's .pc file changes (a new version or location); an
     // unchanged .pc means the same ABI, and the library itself is linked dynamically.
     if let Ok(pcdir) = pkg_config(&["--variable=pcfiledir"]) {

@@ -316,7 +316,11 @@ extern "C" {
         q: *const fp4rl_tensor,
         dtype: fp4rl_dtype,
     ) -> fp4rl_status;
-    pub fn fp4rl_tensor_transpose(out: *mut *mut fp4rl_tensor, ctx: *mut fp4rl_context, t: *const fp4rl_tensor) -> fp4rl_status;
+    pub fn fp4rl_tensor_transpose(
+        out: *mut *mut fp4rl_tensor,
+        ctx: *mut fp4rl_context,
+        t: *const fp4rl_tensor,
+    ) -> fp4rl_status;
     pub fn fp4rl_matmul(
         c: *mut fp4rl_tensor,
         ctx: *mut fp4rl_context,
@@ -342,7 +346,8 @@ extern "C" {
     ) -> fp4rl_status;
     pub fn fp4rl_model_destroy(m: *mut fp4rl_model);
     pub fn fp4rl_model_load(m: *mut fp4rl_model, safetensors_path: *const c_char) -> fp4rl_status;
-    pub fn fp4rl_model_save(m: *const fp4rl_model, safetensors_path: *const c_char, dtype: fp4rl_dtype) -> fp4rl_status;
+    pub fn fp4rl_model_save(m: *const fp4rl_model, safetensors_path: *const c_char, dtype: fp4rl_dtype)
+        -> fp4rl_status;
     pub fn fp4rl_model_set_policy(m: *mut fp4rl_model, policy: *const fp4rl_quant_policy) -> fp4rl_status;
     pub fn fp4rl_model_set_hparam(m: *mut fp4rl_model, param: fp4rl_mparam, value: c_double) -> fp4rl_status;
     pub fn fp4rl_model_get_hparam(m: *const fp4rl_model, param: fp4rl_mparam, value: *mut c_double) -> fp4rl_status;
@@ -384,10 +389,30 @@ extern "C" {
         loss: *mut c_double,
         grad_norm: *mut c_double,
     ) -> fp4rl_status;
-    pub fn fp4rl_model_param_shape(m: *const fp4rl_model, name: *const c_char, ndim: *mut c_int, dims: *mut i64) -> fp4rl_status;
-    pub fn fp4rl_model_get_param(m: *const fp4rl_model, name: *const c_char, dst: *mut c_float, dst_bytes: usize) -> fp4rl_status;
-    pub fn fp4rl_model_get_grad(m: *const fp4rl_model, name: *const c_char, dst: *mut c_float, dst_bytes: usize) -> fp4rl_status;
-    pub fn fp4rl_model_set_param(m: *mut fp4rl_model, name: *const c_char, src: *const c_float, src_bytes: usize) -> fp4rl_status;
+    pub fn fp4rl_model_param_shape(
+        m: *const fp4rl_model,
+        name: *const c_char,
+        ndim: *mut c_int,
+        dims: *mut i64,
+    ) -> fp4rl_status;
+    pub fn fp4rl_model_get_param(
+        m: *const fp4rl_model,
+        name: *const c_char,
+        dst: *mut c_float,
+        dst_bytes: usize,
+    ) -> fp4rl_status;
+    pub fn fp4rl_model_get_grad(
+        m: *const fp4rl_model,
+        name: *const c_char,
+        dst: *mut c_float,
+        dst_bytes: usize,
+    ) -> fp4rl_status;
+    pub fn fp4rl_model_set_param(
+        m: *mut fp4rl_model,
+        name: *const c_char,
+        src: *const c_float,
+        src_bytes: usize,
+    ) -> fp4rl_status;
 
     // The RL session
     pub fn fp4rl_rl_session_create(
@@ -398,7 +423,8 @@ extern "C" {
     ) -> fp4rl_status;
     pub fn fp4rl_rl_session_destroy(s: *mut fp4rl_rl_session);
     pub fn fp4rl_rl_session_set(s: *mut fp4rl_rl_session, param: fp4rl_rlparam, value: c_double) -> fp4rl_status;
-    pub fn fp4rl_rl_session_get(s: *const fp4rl_rl_session, param: fp4rl_rlparam, value: *mut c_double) -> fp4rl_status;
+    pub fn fp4rl_rl_session_get(s: *const fp4rl_rl_session, param: fp4rl_rlparam, value: *mut c_double)
+        -> fp4rl_status;
     pub fn fp4rl_rl_session_set_stop_tokens(s: *mut fp4rl_rl_session, ids: *const i32, n: usize) -> fp4rl_status;
     pub fn fp4rl_rl_session_step(
         s: *mut fp4rl_rl_session,
@@ -426,7 +452,11 @@ extern "C" {
     ) -> fp4rl_status;
     pub fn fp4rl_rl_session_set_rewards(s: *mut fp4rl_rl_session, rewards: *const c_double, n: usize) -> fp4rl_status;
     pub fn fp4rl_rl_session_train(s: *mut fp4rl_rl_session) -> fp4rl_status;
-    pub fn fp4rl_rl_session_metric(s: *const fp4rl_rl_session, name: *const c_char, value: *mut c_double) -> fp4rl_status;
+    pub fn fp4rl_rl_session_metric(
+        s: *const fp4rl_rl_session,
+        name: *const c_char,
+        value: *mut c_double,
+    ) -> fp4rl_status;
     pub fn fp4rl_rl_session_metric_name(i: usize) -> *const c_char;
     pub fn fp4rl_rl_session_metrics_json(
         s: *const fp4rl_rl_session,

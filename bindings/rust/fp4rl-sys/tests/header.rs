@@ -69,7 +69,10 @@ fn eval_atom(t: &[String], pos: &mut usize, names: &BTreeMap<String, i64>) -> Re
     if let Ok(v) = tok.trim_end_matches(['u', 'U', 'l', 'L']).parse::<i64>() {
         return Ok(v);
     }
-    names.get(&tok).copied().ok_or_else(|| format!("unknown name `{tok}` in an expression"))
+    names
+        .get(&tok)
+        .copied()
+        .ok_or_else(|| format!("unknown name `{tok}` in an expression"))
 }
 
 // Identifiers/numbers, "::" and single punctuation characters; string literals as one token.
@@ -242,9 +245,14 @@ fn c_type_to_rust(toks: &[String]) -> Result<String, String> {
 fn c_param(toks: &[String]) -> Result<Param, String> {
     let (name, ty) = toks.split_last().ok_or("empty parameter")?;
     if !name.chars().all(|c| c.is_alphanumeric() || c == '_') || ty.is_empty() {
-        return Err(format!("unnamed or malformed parameter {toks:?}: the header names every parameter"));
+        return Err(format!(
+            "unnamed or malformed parameter {toks:?}: the header names every parameter"
+        ));
     }
-    Ok(Param { name: name.clone(), ty: c_type_to_rust(ty)? })
+    Ok(Param {
+        name: name.clone(),
+        ty: c_type_to_rust(ty)?,
+    })
 }
 
 fn c_params(toks: &[String]) -> Result<Vec<Param>, String> {
@@ -276,8 +284,7 @@ fn parse_header(src: &str) -> Result<Api, String> {
                 let value = value.trim();
                 // Integer constants only: FP4RL_API (an attribute) and the include guard are not.
                 if name.starts_with("FP4RL_") && !value.is_empty() && !value.contains("__attribute__") {
-                    let names: BTreeMap<String, i64> =
-                        api.consts.iter().map(|(k, (_, v))| (k.clone(), *v)).collect();
+                    let names: BTreeMap<String, i64> = api.consts.iter().map(|(k, (_, v))| (k.clone(), *v)).collect();
                     let v = eval(value, &names).map_err(|e| format!("#define {name}: {e}"))?;
                     api.consts.insert(name.to_string(), (String::new(), v));
                 }
@@ -290,7 +297,10 @@ fn parse_header(src: &str) -> Result<Api, String> {
     // The C++ guard's `extern "C" {` and `}` sit on lines of their own between #ifdef
     // __cplusplus and #endif; the directive filter keeps them, so drop them here.
     let mut toks = tokenize(&body);
-    if let Some(i) = toks.windows(3).position(|w| w[0] == "extern" && w[1] == "\"C\"" && w[2] == "{") {
+    if let Some(i) = toks
+        .windows(3)
+        .position(|w| w[0] == "extern" && w[1] == "\"C\"" && w[2] == "{")
+    {
         toks.drain(i..i + 3);
         let close = toks.iter().rposition(|t| t == "}").ok_or("extern \"C\" { without }")?;
         toks.remove(close);
@@ -302,7 +312,10 @@ fn parse_header(src: &str) -> Result<Api, String> {
         let first = s[0].as_str();
         if first == "FP4RL_API" {
             // FP4RL_API RET NAME ( PARAMS )
-            let open = s.iter().position(|t| t == "(").ok_or_else(|| format!("no ( in {s:?}"))?;
+            let open = s
+                .iter()
+                .position(|t| t == "(")
+                .ok_or_else(|| format!("no ( in {s:?}"))?;
             if s.last().map(String::as_str) != Some(")") {
                 return Err(format!("function declaration does not end with ): {s:?}"));
             }
@@ -324,8 +337,7 @@ fn parse_header(src: &str) -> Result<Api, String> {
                     continue;
                 }
                 let value = if e.len() > 2 && e[1] == "=" {
-                    let names: BTreeMap<String, i64> =
-                        api.consts.iter().map(|(k, (_, v))| (k.clone(), *v)).collect();
+                    let names: BTreeMap<String, i64> = api.consts.iter().map(|(k, (_, v))| (k.clone(), *v)).collect();
                     eval(&e[2..].join(" "), &names).map_err(|x| format!("{}: {x}", e[0]))?
                 } else if e.len() == 1 {
                     next
@@ -338,7 +350,9 @@ fn parse_header(src: &str) -> Result<Api, String> {
         } else if first == "typedef" && s.get(1).map(String::as_str) == Some("struct") {
             // typedef struct NAME NAME: an opaque handle
             if s.len() != 4 || s[2] != s[3] {
-                return Err(format!("unexpected struct typedef {s:?}: the ABI has only opaque handles"));
+                return Err(format!(
+                    "unexpected struct typedef {s:?}: the ABI has only opaque handles"
+                ));
             }
             api.opaque.insert(s[3].clone());
         } else if first == "typedef" && s.iter().any(|t| t == "(") {
@@ -352,7 +366,9 @@ fn parse_header(src: &str) -> Result<Api, String> {
             let params = c_params(&s[open + 5..s.len() - 1]).map_err(|e| format!("{name}: {e}"))?;
             api.callbacks.insert(name, Func { ret, params });
         } else {
-            return Err(format!("a header statement this parser does not know (teach it): {s:?}"));
+            return Err(format!(
+                "a header statement this parser does not know (teach it): {s:?}"
+            ));
         }
     }
     Ok(api)
@@ -362,7 +378,10 @@ fn parse_header(src: &str) -> Result<Api, String> {
 // lib.rs
 // ------------------------------------------------------------------------------------------
 fn strip_rust_line_comments(src: &str) -> String {
-    src.lines().map(|l| l.split("//").next().unwrap()).collect::<Vec<_>>().join("\n")
+    src.lines()
+        .map(|l| l.split("//").next().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 // A Rust type from tokens: `core::ffi::c_int` -> `c_int`, `* const T` -> `*const T`.
@@ -413,12 +432,19 @@ fn rust_fn_sig(toks: &[String]) -> Result<Func, String> {
         if p.len() < 3 || p[1] != ":" {
             return Err(format!("parameter without a name: {p:?}"));
         }
-        params.push(Param { name: p[0].clone(), ty: rust_type(&p[2..]) });
+        params.push(Param {
+            name: p[0].clone(),
+            ty: rust_type(&p[2..]),
+        });
     }
     let ret = match toks.get(close + 1).map(String::as_str) {
         None => "()".to_string(),
         // `-> c_int,` inside `Option<... -> c_int,>` (rustfmt's trailing comma)
-        Some("->") => rust_type(toks[close + 2..].strip_suffix(&[",".to_string()]).unwrap_or(&toks[close + 2..])),
+        Some("->") => rust_type(
+            toks[close + 2..]
+                .strip_suffix(&[",".to_string()])
+                .unwrap_or(&toks[close + 2..]),
+        ),
         Some(x) => return Err(format!("unexpected `{x}` after the parameters")),
     };
     Ok(Func { ret, params })
@@ -448,7 +474,9 @@ fn parse_rust(src: &str) -> Result<Api, String> {
     let mut aliases: BTreeMap<String, String> = BTreeMap::new();
     for it in &items {
         // skip attributes (#[...]) and anything before `pub`
-        let Some(p) = it.iter().position(|t| t == "pub") else { continue };
+        let Some(p) = it.iter().position(|t| t == "pub") else {
+            continue;
+        };
         let it = &it[p..];
         match it.get(1).map(String::as_str) {
             Some("const") => {
@@ -480,7 +508,11 @@ fn parse_rust(src: &str) -> Result<Api, String> {
     let lines: Vec<&str> = text.lines().collect();
     for (i, l) in lines.iter().enumerate() {
         if let Some(rest) = l.trim().strip_prefix("pub struct ") {
-            let name = rest.split(|c: char| !(c.is_alphanumeric() || c == '_')).next().unwrap().to_string();
+            let name = rest
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .next()
+                .unwrap()
+                .to_string();
             if i == 0 || lines[i - 1].trim() != "#[repr(C)]" {
                 return Err(format!("struct {name} is not #[repr(C)]"));
             }
@@ -506,15 +538,25 @@ fn compare(header: &Api, rust: &Api) -> Vec<String> {
             None => errs.push(format!("{name}: in the header, not declared in lib.rs")),
             Some(rf) => {
                 if hf.params.len() != rf.params.len() {
-                    errs.push(format!("{name}: {} parameters in the header, {} in lib.rs", hf.params.len(), rf.params.len()));
+                    errs.push(format!(
+                        "{name}: {} parameters in the header, {} in lib.rs",
+                        hf.params.len(),
+                        rf.params.len()
+                    ));
                 }
                 for (i, (h, r)) in hf.params.iter().zip(&rf.params).enumerate() {
                     if h != r {
-                        errs.push(format!("{name} parameter {i}: header `{}: {}`, lib.rs `{}: {}`", h.name, h.ty, r.name, r.ty));
+                        errs.push(format!(
+                            "{name} parameter {i}: header `{}: {}`, lib.rs `{}: {}`",
+                            h.name, h.ty, r.name, r.ty
+                        ));
                     }
                 }
                 if hf.ret != rf.ret {
-                    errs.push(format!("{name}: returns {} in the header, {} in lib.rs", hf.ret, rf.ret));
+                    errs.push(format!(
+                        "{name}: returns {} in the header, {} in lib.rs",
+                        hf.ret, rf.ret
+                    ));
                 }
             }
         }
@@ -544,13 +586,22 @@ fn compare(header: &Api, rust: &Api) -> Vec<String> {
         }
     }
     if header.enum_types != rust.enum_types {
-        errs.push(format!("enum typedefs differ: header {:?}, lib.rs {:?}", header.enum_types, rust.enum_types));
+        errs.push(format!(
+            "enum typedefs differ: header {:?}, lib.rs {:?}",
+            header.enum_types, rust.enum_types
+        ));
     }
     if header.opaque != rust.opaque {
-        errs.push(format!("opaque handles differ: header {:?}, lib.rs {:?}", header.opaque, rust.opaque));
+        errs.push(format!(
+            "opaque handles differ: header {:?}, lib.rs {:?}",
+            header.opaque, rust.opaque
+        ));
     }
     if header.callbacks != rust.callbacks {
-        errs.push(format!("callback typedefs differ:\n  header {:?}\n  lib.rs {:?}", header.callbacks, rust.callbacks));
+        errs.push(format!(
+            "callback typedefs differ:\n  header {:?}\n  lib.rs {:?}",
+            header.callbacks, rust.callbacks
+        ));
     }
     errs
 }
@@ -574,7 +625,10 @@ fn headers() -> Vec<PathBuf> {
     if installed.exists() {
         out.push(installed);
     }
-    assert!(!out.is_empty(), "neither the repository's nor the installed fp4rl.h was found");
+    assert!(
+        !out.is_empty(),
+        "neither the repository's nor the installed fp4rl.h was found"
+    );
     out
 }
 
@@ -585,12 +639,26 @@ fn declarations_match_every_header() {
         let src = std::fs::read_to_string(&path).unwrap();
         let header = parse_header(&src).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
         // Guard the parser itself: a parser that found nothing would compare nothing.
-        assert!(header.funcs.len() >= 60, "only {} functions parsed from {}", header.funcs.len(), path.display());
-        assert!(header.consts.len() >= 90, "only {} constants parsed", header.consts.len());
+        assert!(
+            header.funcs.len() >= 60,
+            "only {} functions parsed from {}",
+            header.funcs.len(),
+            path.display()
+        );
+        assert!(
+            header.consts.len() >= 90,
+            "only {} constants parsed",
+            header.consts.len()
+        );
         assert_eq!(header.opaque.len(), 5);
         assert_eq!(header.callbacks.len(), 1);
         let errs = compare(&header, &rust);
-        assert!(errs.is_empty(), "lib.rs and {} differ:\n  {}", path.display(), errs.join("\n  "));
+        assert!(
+            errs.is_empty(),
+            "lib.rs and {} differ:\n  {}",
+            path.display(),
+            errs.join("\n  ")
+        );
         println!(
             "{}: {} functions, {} constants, {} enums, {} handles, {} callback type: all match",
             path.display(),
@@ -610,17 +678,29 @@ fn the_checker_catches_drift() {
     let repo = headers().remove(0);
     let src = std::fs::read_to_string(repo).unwrap();
     let mutations: &[(&str, &str)] = &[
-        ("FP4RL_ERR_SHAPE,", "FP4RL_ERR_SHAPE = 7,"),                                     // a value
-        ("int ordinal);", "int64_t ordinal);"),                                           // a type
-        ("const fp4rl_tensor *t, int i)", "fp4rl_tensor *t, int i)"),                      // constness
-        ("int64_t seq_len, double *loss,", "int64_t seq_len, double *loss, int extra,"),  // a count
-        ("FP4RL_API void fp4rl_tensor_destroy", "FP4RL_API void fp4rl_tensor_destroy2"), // a name
-        ("size_t completion_len, double *reward", "size_t completion_len, float *reward"), // callback
-        ("#define FP4RL_QP_COUNT 15", "#define FP4RL_QP_COUNT 16"),                       // a define
-        ("FP4RL_RESQ_BLOCK_50 = 4", "FP4RL_RESQ_BLOCK_50 = 4, FP4RL_RESQ_NEW = 5"),       // a new one
+        ("FP4RL_ERR_SHAPE,", "FP4RL_ERR_SHAPE = 7,"),                 // a value
+        ("int ordinal);", "int64_t ordinal);"),                       // a type
+        ("const fp4rl_tensor *t, int i)", "fp4rl_tensor *t, int i)"), // constness
+        (
+            "int64_t seq_len, double *loss,",
+            "int64_t seq_len, double *loss, int extra,",
+        ), // a count
+        (
+            "FP4RL_API void fp4rl_tensor_destroy",
+            "FP4RL_API void fp4rl_tensor_destroy2",
+        ), // a name
+        (
+            "size_t completion_len, double *reward",
+            "size_t completion_len, float *reward",
+        ), // callback
+        ("#define FP4RL_QP_COUNT 15", "#define FP4RL_QP_COUNT 16"),   // a define
+        ("FP4RL_RESQ_BLOCK_50 = 4", "FP4RL_RESQ_BLOCK_50 = 4, FP4RL_RESQ_NEW = 5"), // a new one
     ];
     for (from, to) in mutations {
-        assert!(src.contains(from), "mutation anchor `{from}` is gone from the header; update this test");
+        assert!(
+            src.contains(from),
+            "mutation anchor `{from}` is gone from the header; update this test"
+        );
         let changed = src.replacen(from, to, 1);
         let header = parse_header(&changed).unwrap();
         let errs = compare(&header, &rust);
@@ -725,16 +805,29 @@ fn every_function_links() {
     let linked: BTreeSet<String> = table.iter().map(|(n, _)| n.to_string()).collect();
     assert_eq!(linked.len(), table.len(), "a function is listed twice");
     let rust: BTreeSet<String> = rust_api().funcs.keys().cloned().collect();
-    assert_eq!(linked, rust, "this table and lib.rs's extern block list different functions");
+    assert_eq!(
+        linked, rust,
+        "this table and lib.rs's extern block list different functions"
+    );
 }
 
 #[test]
 fn version_of_the_linked_library() {
     let n = unsafe { fp4rl_version_number() };
-    assert_eq!(n as i64, FP4RL_VERSION_NUMBER as i64, "linked library {n}, header {FP4RL_VERSION_NUMBER}");
+    assert_eq!(
+        n as i64, FP4RL_VERSION_NUMBER as i64,
+        "linked library {n}, header {FP4RL_VERSION_NUMBER}"
+    );
     let s = cstr(unsafe { fp4rl_version_string() });
-    assert_eq!(s, format!("{FP4RL_VERSION_MAJOR}.{FP4RL_VERSION_MINOR}.{FP4RL_VERSION_PATCH}"));
-    assert_eq!(s, env!("FP4RL_SYS_LIB_VERSION"), "pkg-config's version and the library's differ");
+    assert_eq!(
+        s,
+        format!("{FP4RL_VERSION_MAJOR}.{FP4RL_VERSION_MINOR}.{FP4RL_VERSION_PATCH}")
+    );
+    assert_eq!(
+        s,
+        env!("FP4RL_SYS_LIB_VERSION"),
+        "pkg-config's version and the library's differ"
+    );
 }
 
 #[test]
@@ -755,7 +848,10 @@ fn constant_values_have_the_library_names() {
     for (v, name) in statuses {
         assert_eq!(cstr(unsafe { fp4rl_status_name(v) }), name);
     }
-    assert_eq!(cstr(unsafe { fp4rl_status_name(FP4RL_ERR_INTERNAL + 1) }), "FP4RL_STATUS_UNKNOWN");
+    assert_eq!(
+        cstr(unsafe { fp4rl_status_name(FP4RL_ERR_INTERNAL + 1) }),
+        "FP4RL_STATUS_UNKNOWN"
+    );
     let dtypes = [
         (FP4RL_DTYPE_F32, "f32"),
         (FP4RL_DTYPE_BF16, "bf16"),
@@ -787,7 +883,10 @@ fn raw_calls_round_trip() {
         let shape = [2i64, 3];
         let data = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
         let mut t: *mut fp4rl_tensor = std::ptr::null_mut();
-        assert_eq!(fp4rl_tensor_from_host(&mut t, ctx, FP4RL_DTYPE_F32, 2, shape.as_ptr(), data.as_ptr().cast()), FP4RL_OK);
+        assert_eq!(
+            fp4rl_tensor_from_host(&mut t, ctx, FP4RL_DTYPE_F32, 2, shape.as_ptr(), data.as_ptr().cast()),
+            FP4RL_OK
+        );
         assert_eq!(fp4rl_tensor_context(t), ctx);
         assert_eq!(fp4rl_tensor_numel(t), 6);
         let mut back = [0f32; 6];

@@ -37,7 +37,14 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { cuda: false, out: PathBuf::from("grpo_out"), sft_steps: 150, rl_steps: 24, seed: 1, resume: false };
+    let mut a = Args {
+        cuda: false,
+        out: PathBuf::from("grpo_out"),
+        sft_steps: 150,
+        rl_steps: 24,
+        seed: 1,
+        resume: false,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
@@ -59,7 +66,11 @@ fn accuracy(eval: &mut RlSession, prompts: &[Vec<i32>]) -> fp4rl::Result<f64> {
     eval.rollout(prompts)?;
     let completions = eval.completions()?;
     // group size 2 (the minimum) with top-k 1: both completions are the greedy one
-    let right: f64 = completions.iter().step_by(2).map(|c| addition::reward(&prompts[c.prompt_index], &c.tokens)).sum();
+    let right: f64 = completions
+        .iter()
+        .step_by(2)
+        .map(|c| addition::reward(&prompts[c.prompt_index], &c.tokens))
+        .sum();
     Ok(right / prompts.len() as f64)
 }
 
@@ -110,7 +121,12 @@ fn run(args: &Args) -> fp4rl::Result<()> {
             let (tok, len, mask) = addition::sft_batch(&mut rng, MAX_OPERAND, 32, 8);
             let s = model.train_step(&tok, Some(&len), Some(&mask), 8)?;
             if (step + 1) % 50 == 0 {
-                println!("  sft step {:4}  loss {:.4}  grad norm {:.3}", step + 1, s.loss, s.grad_norm);
+                println!(
+                    "  sft step {:4}  loss {:.4}  grad norm {:.3}",
+                    step + 1,
+                    s.loss,
+                    s.grad_norm
+                );
             }
         }
     }
@@ -119,7 +135,10 @@ fn run(args: &Args) -> fp4rl::Result<()> {
 
     // 2. FP4 RL with a Rust reward
     rl.set_metrics_file(Some(&args.out.join("metrics.jsonl")))?;
-    println!("  {:>5} {:>8} {:>9} {:>10} {:>9}", "step", "reward", "tis/mean", "mismatch", "entropy");
+    println!(
+        "  {:>5} {:>8} {:>9} {:>10} {:>9}",
+        "step", "reward", "tis/mean", "mismatch", "entropy"
+    );
     for _ in 0..args.rl_steps {
         let prompts = rng.prompts(MAX_OPERAND, 32);
         rl.step(&prompts, |_, prompt, completion| addition::reward(prompt, completion))?;
@@ -150,7 +169,9 @@ fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("grpo: {e}\nusage: grpo [--cuda] [--out DIR] [--sft-steps N] [--rl-steps N] [--seed S] [--resume]");
+            eprintln!(
+                "grpo: {e}\nusage: grpo [--cuda] [--out DIR] [--sft-steps N] [--rl-steps N] [--seed S] [--resume]"
+            );
             return ExitCode::from(2);
         }
     };

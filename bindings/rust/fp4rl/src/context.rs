@@ -41,7 +41,9 @@ impl Context {
         let mut raw = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; on success the library hands us a new handle.
         check(unsafe { sys::fp4rl_context_create(&mut raw, device.as_raw(), ordinal) })?;
-        Ok(Context { raw: NonNull::new(raw).expect("fp4rl_context_create returned OK and NULL") })
+        Ok(Context {
+            raw: NonNull::new(raw).expect("fp4rl_context_create returned OK and NULL"),
+        })
     }
 
     /// A CPU context.
@@ -96,6 +98,9 @@ impl Drop for Context {
 
 impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Context").field("device", &self.device()).field("rng", &self.rng().ok()).finish()
+        f.debug_struct("Context")
+            .field("device", &self.device())
+            .field("rng", &self.rng().ok())
+            .finish()
     }
 }

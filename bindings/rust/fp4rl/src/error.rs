@@ -100,7 +100,10 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl Error {
     /// An error with this status and message.
     pub fn new(status: Status, message: impl Into<String>) -> Error {
-        Error { status, message: message.into() }
+        Error {
+            status,
+            message: message.into(),
+        }
     }
 
     /// The status of the failed call.
@@ -119,7 +122,10 @@ impl Error {
     pub(crate) fn last(raw: c_int) -> Error {
         // SAFETY: fp4rl_last_error returns a valid NUL-terminated string ("" if none).
         let message = unsafe { owned_str(sys::fp4rl_last_error()) };
-        Error { status: Status::from_raw(raw).unwrap_or(Status::Internal), message }
+        Error {
+            status: Status::from_raw(raw).unwrap_or(Status::Internal),
+            message,
+        }
     }
 }
 

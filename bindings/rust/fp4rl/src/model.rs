@@ -51,11 +51,20 @@ pub(crate) fn c_path(path: &Path, what: &str) -> Result<CString> {
     #[cfg(not(unix))]
     let bytes = path
         .to_str()
-        .ok_or_else(|| Error::new(Status::InvalidArgument, format!("{what}: {} is not valid Unicode", path.display())))?
+        .ok_or_else(|| {
+            Error::new(
+                Status::InvalidArgument,
+                format!("{what}: {} is not valid Unicode", path.display()),
+            )
+        })?
         .as_bytes()
         .to_vec();
-    CString::new(bytes)
-        .map_err(|_| Error::new(Status::InvalidArgument, format!("{what}: the path {} contains a NUL byte", path.display())))
+    CString::new(bytes).map_err(|_| {
+        Error::new(
+            Status::InvalidArgument,
+            format!("{what}: the path {} contains a NUL byte", path.display()),
+        )
+    })
 }
 
 /// (batch, seq_len) of a token slice, and the pointers of the optional per-sequence and
@@ -67,21 +76,37 @@ struct BatchArgs {
     loss_mask: *const f32,
 }
 
-fn batch_args(tokens: &[i32], lengths: Option<&[i32]>, loss_mask: Option<&[f32]>, seq_len: usize, what: &str) -> Result<BatchArgs> {
+fn batch_args(
+    tokens: &[i32],
+    lengths: Option<&[i32]>,
+    loss_mask: Option<&[f32]>,
+    seq_len: usize,
+    what: &str,
+) -> Result<BatchArgs> {
     let shape_err = |m: String| Error::new(Status::Shape, format!("{what}: {m}"));
     // seq_len 0 goes to the library, whose message says why it is invalid.
-    let batch = if seq_len == 0 { 0 } else { tokens.len() / seq_len };
+    let batch = tokens.len().checked_div(seq_len).unwrap_or(0);
     if seq_len != 0 && tokens.len() % seq_len != 0 {
-        return Err(shape_err(format!("{} tokens is not a whole number of sequences of seq_len {seq_len}", tokens.len())));
+        return Err(shape_err(format!(
+            "{} tokens is not a whole number of sequences of seq_len {seq_len}",
+            tokens.len()
+        )));
     }
     if let Some(l) = lengths {
         if l.len() != batch {
-            return Err(shape_err(format!("{} lengths for a batch of {batch} sequences", l.len())));
+            return Err(shape_err(format!(
+                "{} lengths for a batch of {batch} sequences",
+                l.len()
+            )));
         }
     }
     if let Some(m) = loss_mask {
         if m.len() != tokens.len() {
-            return Err(shape_err(format!("a loss mask of {} weights for {} tokens", m.len(), tokens.len())));
+            return Err(shape_err(format!(
+                "a loss mask of {} weights for {} tokens",
+                m.len(),
+                tokens.len()
+            )));
         }
     }
     let to_i64 = |x: usize| i64::try_from(x).map_err(|_| shape_err(format!("{x} does not fit int64_t")));
@@ -98,21 +123,37 @@ impl<'ctx> Model<'ctx> {
     /// initialised randomly from `seed` as HF does. The policy is copied (None = defaults).
     /// A malformed config is [`Status::Corrupt`] naming the field; another architecture is
     /// [`Status::Unsupported`].
-    pub fn from_config(ctx: &'ctx Context, config_json: &str, policy: Option<&QuantPolicy>, seed: u64) -> Result<Model<'ctx>> {
+    pub fn from_config(
+        ctx: &'ctx Context,
+        config_json: &str,
+        policy: Option<&QuantPolicy>,
+        seed: u64,
+    ) -> Result<Model<'ctx>> {
         let cfg = c_string(config_json, "Model::from_config")?;
         let mut raw = ptr::null_mut();
         // SAFETY: live handles, a NUL-terminated config, a valid out-pointer.
         check(unsafe { sys::fp4rl_model_create(&mut raw, ctx.as_ptr(), cfg.as_ptr(), policy_ptr(policy), seed) })?;
-        Ok(Model { raw: NonNull::new(raw).expect("fp4rl_model_create returned OK and NULL"), ctx })
+        Ok(Model {
+            raw: NonNull::new(raw).expect("fp4rl_model_create returned OK and NULL"),
+            ctx,
+        })
     }
 
     /// A model from an HF checkpoint directory: `dir/config.json` and `dir/model.safetensors`.
     /// An unreadable config.json is [`Status::Io`].
-    pub fn from_pretrained(ctx: &'ctx Context, dir: impl AsRef<Path>, policy: Option<&QuantPolicy>) -> Result<Model<'ctx>> {
+    pub fn from_pretrained(
+        ctx: &'ctx Context,
+        dir: impl AsRef<Path>,
+        policy: Option<&QuantPolicy>,
+    ) -> Result<Model<'ctx>> {
         let dir = dir.as_ref();
         let cfg_path = dir.join("config.json");
-        let cfg = std::fs::read_to_string(&cfg_path)
-            .map_err(|e| Error::new(Status::Io, format!("Model::from_pretrained: cannot read {}: {e}", cfg_path.display())))?;
+        let cfg = std::fs::read_to_string(&cfg_path).map_err(|e| {
+            Error::new(
+                Status::Io,
+                format!("Model::from_pretrained: cannot read {}: {e}", cfg_path.display()),
+            )
+        })?;
         let model = Model::from_config(ctx, &cfg, policy, 0)?;
         model.load(dir.join("model.safetensors"))?;
         Ok(model)
@@ -182,13 +223,23 @@ impl<'ctx> Model<'ctx> {
     pub fn logits(&self, tokens: &[i32], lengths: Option<&[i32]>, seq_len: usize) -> Result<Vec<f32>> {
         let a = batch_args(tokens, lengths, None, seq_len, "Model::logits")?;
         let vocab = self.vocab_size()?;
-        let n = (tokens.len()).checked_mul(vocab).ok_or_else(|| Error::new(Status::Shape, "Model::logits: the logits do not fit in memory"))?;
+        let n = (tokens.len())
+            .checked_mul(vocab)
+            .ok_or_else(|| Error::new(Status::Shape, "Model::logits: the logits do not fit in memory"))?;
         let mut out = vec![0f32; n];
         let bytes = std::mem::size_of_val(out.as_slice());
         // SAFETY: `tokens` holds batch * seq_len ids and `lengths` batch entries (checked);
         // `out` holds `bytes` bytes, which the library checks against what it writes.
         check(unsafe {
-            sys::fp4rl_model_logits(self.raw.as_ptr(), tokens.as_ptr(), a.lengths, a.batch, a.seq_len, out.as_mut_ptr(), bytes)
+            sys::fp4rl_model_logits(
+                self.raw.as_ptr(),
+                tokens.as_ptr(),
+                a.lengths,
+                a.batch,
+                a.seq_len,
+                out.as_mut_ptr(),
+                bytes,
+            )
         })?;
         Ok(out)
     }
@@ -201,27 +252,58 @@ impl<'ctx> Model<'ctx> {
         let bytes = std::mem::size_of_val(out.as_slice());
         // SAFETY: as in `logits`.
         check(unsafe {
-            sys::fp4rl_model_token_logprobs(self.raw.as_ptr(), tokens.as_ptr(), a.lengths, a.batch, a.seq_len, out.as_mut_ptr(), bytes)
+            sys::fp4rl_model_token_logprobs(
+                self.raw.as_ptr(),
+                tokens.as_ptr(),
+                a.lengths,
+                a.batch,
+                a.seq_len,
+                out.as_mut_ptr(),
+                bytes,
+            )
         })?;
         Ok(out)
     }
 
     /// Forward and backward of the next-token loss (weighted by `loss_mask`), leaving the
     /// gradients in the model ([`Model::grad`]) without updating. Returns the loss.
-    pub fn compute_gradients(&self, tokens: &[i32], lengths: Option<&[i32]>, loss_mask: Option<&[f32]>, seq_len: usize) -> Result<f64> {
+    pub fn compute_gradients(
+        &self,
+        tokens: &[i32],
+        lengths: Option<&[i32]>,
+        loss_mask: Option<&[f32]>,
+        seq_len: usize,
+    ) -> Result<f64> {
         let a = batch_args(tokens, lengths, loss_mask, seq_len, "Model::compute_gradients")?;
         let mut loss = 0.0;
         // SAFETY: `tokens`, `lengths` and `loss_mask` have the batch's sizes (checked).
         check(unsafe {
-            sys::fp4rl_model_compute_gradients(self.raw.as_ptr(), tokens.as_ptr(), a.lengths, a.loss_mask, a.batch, a.seq_len, &mut loss)
+            sys::fp4rl_model_compute_gradients(
+                self.raw.as_ptr(),
+                tokens.as_ptr(),
+                a.lengths,
+                a.loss_mask,
+                a.batch,
+                a.seq_len,
+                &mut loss,
+            )
         })?;
         Ok(loss)
     }
 
     /// One supervised step: gradients, global-norm clipping ([`MParam::GradClip`]), AdamW.
-    pub fn train_step(&self, tokens: &[i32], lengths: Option<&[i32]>, loss_mask: Option<&[f32]>, seq_len: usize) -> Result<TrainStep> {
+    pub fn train_step(
+        &self,
+        tokens: &[i32],
+        lengths: Option<&[i32]>,
+        loss_mask: Option<&[f32]>,
+        seq_len: usize,
+    ) -> Result<TrainStep> {
         let a = batch_args(tokens, lengths, loss_mask, seq_len, "Model::train_step")?;
-        let mut s = TrainStep { loss: 0.0, grad_norm: 0.0 };
+        let mut s = TrainStep {
+            loss: 0.0,
+            grad_norm: 0.0,
+        };
         // SAFETY: as in `compute_gradients`.
         check(unsafe {
             sys::fp4rl_model_train_step(
@@ -247,7 +329,12 @@ impl<'ctx> Model<'ctx> {
         Ok(dims[..(ndim.clamp(0, 2) as usize)].to_vec())
     }
 
-    fn read(&self, name: &str, what: &str, f: unsafe extern "C" fn(*const sys::fp4rl_model, *const c_char, *mut f32, usize) -> c_int) -> Result<Vec<f32>> {
+    fn read(
+        &self,
+        name: &str,
+        what: &str,
+        f: unsafe extern "C" fn(*const sys::fp4rl_model, *const c_char, *mut f32, usize) -> c_int,
+    ) -> Result<Vec<f32>> {
         let numel: i64 = self.param_shape(name)?.iter().product();
         let c = c_string(name, what)?;
         let mut out = vec![0f32; numel as usize];
@@ -271,7 +358,14 @@ impl<'ctx> Model<'ctx> {
     pub fn set_param(&self, name: &str, values: &[f32]) -> Result<()> {
         let c = c_string(name, "Model::set_param")?;
         // SAFETY: the library checks the byte count against the parameter before reading.
-        check(unsafe { sys::fp4rl_model_set_param(self.raw.as_ptr(), c.as_ptr(), values.as_ptr(), std::mem::size_of_val(values)) })
+        check(unsafe {
+            sys::fp4rl_model_set_param(
+                self.raw.as_ptr(),
+                c.as_ptr(),
+                values.as_ptr(),
+                std::mem::size_of_val(values),
+            )
+        })
     }
 
     /// The context the model lives in.
@@ -295,7 +389,13 @@ impl Drop for Model<'_> {
 impl fmt::Debug for Model<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Model");
-        for key in [ModelInfo::NumLayers, ModelInfo::HiddenSize, ModelInfo::VocabSize, ModelInfo::NumParameters, ModelInfo::Step] {
+        for key in [
+            ModelInfo::NumLayers,
+            ModelInfo::HiddenSize,
+            ModelInfo::VocabSize,
+            ModelInfo::NumParameters,
+            ModelInfo::Step,
+        ] {
             d.field(&format!("{key:?}"), &self.info(key).ok());
         }
         d.finish()

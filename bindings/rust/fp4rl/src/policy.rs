@@ -32,7 +32,13 @@ unsafe impl Send for QuantPolicy {}
 unsafe impl Sync for QuantPolicy {}
 
 fn bad_value(param: QParam, v: i64) -> Error {
-    Error::new(Status::Internal, format!("QuantPolicy: the library returned {v} for {}, which this binding does not know", param.name()))
+    Error::new(
+        Status::Internal,
+        format!(
+            "QuantPolicy: the library returned {v} for {}, which this binding does not know",
+            param.name()
+        ),
+    )
 }
 
 impl QuantPolicy {
@@ -42,7 +48,9 @@ impl QuantPolicy {
         let mut raw = ptr::null_mut();
         // SAFETY: a valid out-pointer.
         check(unsafe { sys::fp4rl_quant_policy_create(&mut raw) })?;
-        Ok(QuantPolicy { raw: NonNull::new(raw).expect("fp4rl_quant_policy_create returned OK and NULL") })
+        Ok(QuantPolicy {
+            raw: NonNull::new(raw).expect("fp4rl_quant_policy_create returned OK and NULL"),
+        })
     }
 
     /// A policy set to a named recipe.
@@ -89,7 +97,10 @@ impl QuantPolicy {
     }
     pub fn scale_rule(&self) -> Result<ScaleRule> {
         let v = self.get(QParam::ScaleRule)?;
-        i32::try_from(v).ok().and_then(ScaleRule::from_raw).ok_or_else(|| bad_value(QParam::ScaleRule, v))
+        i32::try_from(v)
+            .ok()
+            .and_then(ScaleRule::from_raw)
+            .ok_or_else(|| bad_value(QParam::ScaleRule, v))
     }
 
     /// Rounding of `role`'s quantization.
@@ -98,7 +109,10 @@ impl QuantPolicy {
     }
     pub fn rounding(&self, role: Role) -> Result<Rounding> {
         let v = self.get(QParam::rounding(role))?;
-        i32::try_from(v).ok().and_then(Rounding::from_raw).ok_or_else(|| bad_value(QParam::rounding(role), v))
+        i32::try_from(v)
+            .ok()
+            .and_then(Rounding::from_raw)
+            .ok_or_else(|| bad_value(QParam::rounding(role), v))
     }
 
     /// Seed of stochastic rounding: `None` = the context's seed, `Some(s)` (s <= i64::MAX)
@@ -121,7 +135,10 @@ impl QuantPolicy {
     }
     pub fn format(&self, role: Role) -> Result<DType> {
         let v = self.get(QParam::format(role))?;
-        i32::try_from(v).ok().and_then(DType::from_raw).ok_or_else(|| bad_value(QParam::format(role), v))
+        i32::try_from(v)
+            .ok()
+            .and_then(DType::from_raw)
+            .ok_or_else(|| bad_value(QParam::format(role), v))
     }
 
     /// Format of q_proj and k_proj: `None` = the same as the other linears.
@@ -133,7 +150,11 @@ impl QuantPolicy {
         if v == -1 {
             return Ok(None);
         }
-        i32::try_from(v).ok().and_then(DType::from_raw).map(Some).ok_or_else(|| bad_value(QParam::FormatQk, v))
+        i32::try_from(v)
+            .ok()
+            .and_then(DType::from_raw)
+            .map(Some)
+            .ok_or_else(|| bad_value(QParam::FormatQk, v))
     }
 
     /// Numerics of training (FP32, BF16 or FP4).
@@ -142,7 +163,10 @@ impl QuantPolicy {
     }
     pub fn train_numerics(&self) -> Result<Numerics> {
         let v = self.get(QParam::TrainNumerics)?;
-        i32::try_from(v).ok().and_then(Numerics::from_raw).ok_or_else(|| bad_value(QParam::TrainNumerics, v))
+        i32::try_from(v)
+            .ok()
+            .and_then(Numerics::from_raw)
+            .ok_or_else(|| bad_value(QParam::TrainNumerics, v))
     }
 
     /// Numerics of the rollout (FP32, BF16, W4A16, W16A4, W4A4).
@@ -151,7 +175,10 @@ impl QuantPolicy {
     }
     pub fn rollout_numerics(&self) -> Result<Numerics> {
         let v = self.get(QParam::RolloutNumerics)?;
-        i32::try_from(v).ok().and_then(Numerics::from_raw).ok_or_else(|| bad_value(QParam::RolloutNumerics, v))
+        i32::try_from(v)
+            .ok()
+            .and_then(Numerics::from_raw)
+            .ok_or_else(|| bad_value(QParam::RolloutNumerics, v))
     }
 
     /// The Rollout-ResQ pattern.
@@ -160,7 +187,10 @@ impl QuantPolicy {
     }
     pub fn resq(&self) -> Result<Resq> {
         let v = self.get(QParam::Resq)?;
-        i32::try_from(v).ok().and_then(Resq::from_raw).ok_or_else(|| bad_value(QParam::Resq, v))
+        i32::try_from(v)
+            .ok()
+            .and_then(Resq::from_raw)
+            .ok_or_else(|| bad_value(QParam::Resq, v))
     }
 
     /// The raw handle, for calls into fp4rl-sys. It stays owned by this `QuantPolicy`.

@@ -62,7 +62,10 @@ fn csr<P: AsRef<[i32]>>(prompts: &[P]) -> (Vec<i32>, Vec<usize>) {
 fn csr_args<'a>(tokens: &'a [i32], offsets: &'a [usize], what: &str) -> Result<(*const i32, *const usize, usize)> {
     static ZERO: [usize; 1] = [0];
     if let Some(&bad) = offsets.iter().find(|&&o| o > tokens.len()) {
-        return Err(Error::new(Status::InvalidArgument, format!("{what}: prompt offset {bad} is past the {} prompt tokens", tokens.len())));
+        return Err(Error::new(
+            Status::InvalidArgument,
+            format!("{what}: prompt offset {bad} is past the {} prompt tokens", tokens.len()),
+        ));
     }
     if offsets.is_empty() {
         // No prompts at all: the library reports it (n_prompts 0) without reading past [0].
@@ -115,7 +118,13 @@ where
     }
     // SAFETY: the library passes `len` valid elements (slice::from_raw_parts needs a non-null
     // pointer even for length 0, which a C caller need not give).
-    let slice = |p: *const i32, len: usize| if len == 0 || p.is_null() { &[][..] } else { std::slice::from_raw_parts(p, len) };
+    let slice = |p: *const i32, len: usize| {
+        if len == 0 || p.is_null() {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(p, len)
+        }
+    };
     let (p, c) = (slice(prompt, prompt_len), slice(completion, completion_len));
     match panic::catch_unwind(AssertUnwindSafe(|| (cb.f)(prompt_index, p, c).into_reward())) {
         Ok(Ok(r)) => {
@@ -124,7 +133,9 @@ where
             0
         }
         Ok(Err(e)) => {
-            cb.failure = Some(format!("the Rust reward closure returned an error for a completion of prompt {prompt_index}: {e}"));
+            cb.failure = Some(format!(
+                "the Rust reward closure returned an error for a completion of prompt {prompt_index}: {e}"
+            ));
             1
         }
         Err(payload) => {
@@ -168,8 +179,13 @@ impl<'m> RlSession<'m> {
     pub fn new(model: &'m Model<'_>, policy: Option<&QuantPolicy>) -> Result<RlSession<'m>> {
         let mut raw = ptr::null_mut();
         // SAFETY: live handles; the model belongs to the context passed (its own).
-        check(unsafe { sys::fp4rl_rl_session_create(&mut raw, model.context().as_ptr(), model.as_ptr(), policy_ptr(policy)) })?;
-        Ok(RlSession { raw: NonNull::new(raw).expect("fp4rl_rl_session_create returned OK and NULL"), model })
+        check(unsafe {
+            sys::fp4rl_rl_session_create(&mut raw, model.context().as_ptr(), model.as_ptr(), policy_ptr(policy))
+        })?;
+        Ok(RlSession {
+            raw: NonNull::new(raw).expect("fp4rl_rl_session_create returned OK and NULL"),
+            model,
+        })
     }
 
     /// The model this session trains.
@@ -228,11 +244,21 @@ impl<'m> RlSession<'m> {
         R: RewardValue,
     {
         let (t, o, n) = csr_args(tokens, offsets, "RlSession::step")?;
-        let mut cb = Callback { f: &mut reward, failure: None };
+        let mut cb = Callback {
+            f: &mut reward,
+            failure: None,
+        };
         // SAFETY: `t`/`o` are valid for the offsets (checked); `cb` outlives the call and the
         // trampoline is instantiated for exactly its type.
         let st = unsafe {
-            sys::fp4rl_rl_session_step(self.raw.as_ptr(), t, o, n, Some(trampoline::<F, R>), (&mut cb as *mut Callback<'_, F>).cast())
+            sys::fp4rl_rl_session_step(
+                self.raw.as_ptr(),
+                t,
+                o,
+                n,
+                Some(trampoline::<F, R>),
+                (&mut cb as *mut Callback<'_, F>).cast(),
+            )
         };
         match check(st) {
             Err(e) if e.status() == Status::Callback => match cb.failure {
@@ -271,9 +297,21 @@ impl<'m> RlSession<'m> {
         let (mut len, mut pi) = (0usize, 0usize);
         // SAFETY: NULL buffers with cap 0: the library only reports the length.
         check(unsafe {
-            sys::fp4rl_rl_session_completion(self.raw.as_ptr(), i, ptr::null_mut(), ptr::null_mut(), 0, &mut len, &mut pi)
+            sys::fp4rl_rl_session_completion(
+                self.raw.as_ptr(),
+                i,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                0,
+                &mut len,
+                &mut pi,
+            )
         })?;
-        let mut c = Completion { tokens: vec![0; len], logprobs: vec![0.0; len], prompt_index: pi };
+        let mut c = Completion {
+            tokens: vec![0; len],
+            logprobs: vec![0.0; len],
+            prompt_index: pi,
+        };
         // SAFETY: both buffers hold `len` elements, the cap passed.
         check(unsafe {
             sys::fp4rl_rl_session_completion(
@@ -328,7 +366,10 @@ impl<'m> RlSession<'m> {
 
     /// Every metric of the last step, by name.
     pub fn metrics(&self) -> Result<HashMap<String, f64>> {
-        RlSession::metric_names().into_iter().map(|n| Ok((n.to_string(), self.metric(n)?))).collect()
+        RlSession::metric_names()
+            .into_iter()
+            .map(|n| Ok((n.to_string(), self.metric(n)?)))
+            .collect()
     }
 
     /// The last step's metrics as one JSON object (`{"step": N, "reward/mean": ..., ...}`).
@@ -342,16 +383,22 @@ impl<'m> RlSession<'m> {
         }
         let mut buf = vec![0u8; need.max(1)];
         // SAFETY: `buf` holds `buf.len()` bytes.
-        check(unsafe { sys::fp4rl_rl_session_metrics_json(self.raw.as_ptr(), buf.as_mut_ptr().cast(), buf.len(), &mut need) })?;
+        check(unsafe {
+            sys::fp4rl_rl_session_metrics_json(self.raw.as_ptr(), buf.as_mut_ptr().cast(), buf.len(), &mut need)
+        })?;
         // SAFETY: on success the buffer holds a NUL-terminated string.
         Ok(unsafe { owned_str(buf.as_ptr().cast()) })
     }
 
     /// Appends each step's metrics JSON as a line to this file (`None` stops).
     pub fn set_metrics_file(&mut self, jsonl_path: Option<&Path>) -> Result<()> {
-        let p = jsonl_path.map(|p| c_path(p, "RlSession::set_metrics_file")).transpose()?;
+        let p = jsonl_path
+            .map(|p| c_path(p, "RlSession::set_metrics_file"))
+            .transpose()?;
         // SAFETY: a live handle; NULL or a NUL-terminated path (the library copies it).
-        check(unsafe { sys::fp4rl_rl_session_set_metrics_file(self.raw.as_ptr(), p.as_ref().map_or(ptr::null(), |p| p.as_ptr())) })
+        check(unsafe {
+            sys::fp4rl_rl_session_set_metrics_file(self.raw.as_ptr(), p.as_ref().map_or(ptr::null(), |p| p.as_ptr()))
+        })
     }
 
     /// The number of completed steps.
@@ -394,6 +441,8 @@ impl Drop for RlSession<'_> {
 
 impl fmt::Debug for RlSession<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RlSession").field("steps", &self.step_count().ok()).finish()
+        f.debug_struct("RlSession")
+            .field("steps", &self.step_count().ok())
+            .finish()
     }
 }

@@ -93,12 +93,19 @@ fn valid_numel(shape: &[i64]) -> Option<Option<usize>> {
         return None;
     }
     // Some(None): valid dims whose product overflows usize (no slice can be that long).
-    Some(shape.iter().try_fold(1usize, |n, &d| usize::try_from(d).ok().and_then(|d| n.checked_mul(d))))
+    Some(
+        shape
+            .iter()
+            .try_fold(1usize, |n, &d| usize::try_from(d).ok().and_then(|d| n.checked_mul(d))),
+    )
 }
 
 impl<'ctx> Tensor<'ctx> {
     fn wrap(raw: *mut sys::fp4rl_tensor, ctx: &'ctx Context) -> Tensor<'ctx> {
-        Tensor { raw: NonNull::new(raw).expect("fp4rl returned OK and a NULL tensor"), ctx }
+        Tensor {
+            raw: NonNull::new(raw).expect("fp4rl returned OK and a NULL tensor"),
+            ctx,
+        }
     }
 
     /// A dense tensor of `shape` (row-major) holding a copy of `data`: `f32` data makes an
@@ -111,8 +118,11 @@ impl<'ctx> Tensor<'ctx> {
             if n != Some(data.len()) {
                 return Err(Error::new(
                     Status::Shape,
-                    format!("Tensor::from_slice: {} elements for shape {shape:?}, which holds {}", data.len(),
-                        n.map_or("more than usize::MAX".to_string(), |n| n.to_string())),
+                    format!(
+                        "Tensor::from_slice: {} elements for shape {shape:?}, which holds {}",
+                        data.len(),
+                        n.map_or("more than usize::MAX".to_string(), |n| n.to_string())
+                    ),
                 ));
             }
         }
@@ -121,7 +131,14 @@ impl<'ctx> Tensor<'ctx> {
         // SAFETY: `dims` has `ndim` entries; `data` holds prod(shape) elements (checked above)
         // or the shape is invalid and the library fails before reading it.
         check(unsafe {
-            sys::fp4rl_tensor_from_host(&mut raw, ctx.as_ptr(), T::DTYPE.as_raw(), ndim, dims, data.as_ptr().cast())
+            sys::fp4rl_tensor_from_host(
+                &mut raw,
+                ctx.as_ptr(),
+                T::DTYPE.as_raw(),
+                ndim,
+                dims,
+                data.as_ptr().cast(),
+            )
         })?;
         Ok(Tensor::wrap(raw, ctx))
     }
@@ -176,11 +193,15 @@ impl<'ctx> Tensor<'ctx> {
             // The library copies bytes whatever the element type; the mismatch is ours to catch.
             return Err(Error::new(
                 Status::Dtype,
-                format!("Tensor::to_vec: the tensor is {}; read it as {}", dtype.name(), match dtype {
-                    DType::F32 => "f32",
-                    DType::Bf16 => "u16 (bf16 bit patterns)",
-                    _ => "i32",
-                }),
+                format!(
+                    "Tensor::to_vec: the tensor is {}; read it as {}",
+                    dtype.name(),
+                    match dtype {
+                        DType::F32 => "f32",
+                        DType::Bf16 => "u16 (bf16 bit patterns)",
+                        _ => "i32",
+                    }
+                ),
             ));
         }
         let n = if dtype == T::DTYPE { self.numel() } else { 0 };
@@ -234,10 +255,21 @@ impl<'ctx> Tensor<'ctx> {
 
     /// The block layout of a quantized tensor ([`Status::Dtype`] for a dense one).
     pub fn quant_info(&self) -> Result<QuantInfo> {
-        let mut q = QuantInfo { tile: 0, codes_bytes: 0, scales_bytes: 0, tensor_scale: 0.0 };
+        let mut q = QuantInfo {
+            tile: 0,
+            codes_bytes: 0,
+            scales_bytes: 0,
+            tensor_scale: 0.0,
+        };
         // SAFETY: a live handle and valid out-pointers.
         check(unsafe {
-            sys::fp4rl_tensor_quant_info(self.raw.as_ptr(), &mut q.tile, &mut q.codes_bytes, &mut q.scales_bytes, &mut q.tensor_scale)
+            sys::fp4rl_tensor_quant_info(
+                self.raw.as_ptr(),
+                &mut q.tile,
+                &mut q.codes_bytes,
+                &mut q.scales_bytes,
+                &mut q.tensor_scale,
+            )
         })?;
         Ok(q)
     }
@@ -264,9 +296,19 @@ impl<'ctx> Tensor<'ctx> {
     /// A HiF4 tensor's scale words (the scales decoded from little-endian u32).
     pub fn hif4_scale_words(&self) -> Result<Vec<u32>> {
         if self.dtype() != DType::Hif4 {
-            return Err(Error::new(Status::Dtype, format!("Tensor::hif4_scale_words: the tensor is {}, not hif4", self.dtype().name())));
+            return Err(Error::new(
+                Status::Dtype,
+                format!(
+                    "Tensor::hif4_scale_words: the tensor is {}, not hif4",
+                    self.dtype().name()
+                ),
+            ));
         }
-        Ok(self.scales()?.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect())
+        Ok(self
+            .scales()?
+            .chunks_exact(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .collect())
     }
 
     /// Quantizes this dense F32 or BF16 tensor to `format` with the tile and rounding that
@@ -276,7 +318,14 @@ impl<'ctx> Tensor<'ctx> {
         let mut raw = ptr::null_mut();
         // SAFETY: live handles; the output is a new handle we own.
         check(unsafe {
-            sys::fp4rl_quantize(&mut raw, self.ctx.as_ptr(), self.raw.as_ptr(), format.as_raw(), policy_ptr(policy), role.as_raw())
+            sys::fp4rl_quantize(
+                &mut raw,
+                self.ctx.as_ptr(),
+                self.raw.as_ptr(),
+                format.as_raw(),
+                policy_ptr(policy),
+                role.as_raw(),
+            )
         })?;
         Ok(Tensor::wrap(raw, self.ctx))
     }
@@ -314,7 +363,12 @@ impl<'ctx> Tensor<'ctx> {
 
     /// The quantization error of `q` against this tensor, its dense source (same shape).
     pub fn quant_error(&self, q: &Tensor<'_>) -> Result<QuantError> {
-        let mut e = QuantError { rel_mse: 0.0, underflow_frac: 0.0, saturated_frac: 0.0, nan_block_frac: 0.0 };
+        let mut e = QuantError {
+            rel_mse: 0.0,
+            underflow_frac: 0.0,
+            saturated_frac: 0.0,
+            nan_block_frac: 0.0,
+        };
         // SAFETY: live handles and valid out-pointers.
         check(unsafe {
             sys::fp4rl_quant_error(
@@ -344,6 +398,9 @@ impl Drop for Tensor<'_> {
 
 impl fmt::Debug for Tensor<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Tensor").field("dtype", &self.dtype()).field("shape", &self.shape()).finish()
+        f.debug_struct("Tensor")
+            .field("dtype", &self.dtype())
+            .field("shape", &self.shape())
+            .finish()
     }
 }

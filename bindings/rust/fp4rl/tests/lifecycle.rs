@@ -52,8 +52,15 @@ fn a_thousand_create_destroy_rounds_do_not_leak() -> Result<()> {
         // A leak of any handle per round is at least a 256 KiB tensor or a model with its
         // optimizer state: 900 rounds would add hundreds of MiB.
         let grown = b.saturating_sub(a);
-        println!("RSS {:.1} MiB -> {:.1} MiB over 900 rounds", a as f64 / 1048576.0, b as f64 / 1048576.0);
-        assert!(grown < 32 << 20, "RSS grew by {grown} bytes over 900 create/destroy rounds");
+        println!(
+            "RSS {:.1} MiB -> {:.1} MiB over 900 rounds",
+            a as f64 / 1048576.0,
+            b as f64 / 1048576.0
+        );
+        assert!(
+            grown < 32 << 20,
+            "RSS grew by {grown} bytes over 900 create/destroy rounds"
+        );
     }
     Ok(())
 }

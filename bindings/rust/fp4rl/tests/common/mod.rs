@@ -15,7 +15,9 @@ pub const TINY: &str = r#"{"model_type": "qwen2", "vocab_size": 16, "hidden_size
 
 /// tests/fixtures/qwen2/<name> of the repository.
 pub fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/fixtures/qwen2").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../tests/fixtures/qwen2")
+        .join(name)
 }
 
 /// A fresh directory under the system's temp dir, removed on drop.
@@ -24,7 +26,11 @@ pub struct TempDir(pub PathBuf);
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
         static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!("fp4rl-rs-{}-{tag}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
+        let p = std::env::temp_dir().join(format!(
+            "fp4rl-rs-{}-{tag}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
@@ -83,16 +89,27 @@ pub fn safetensors_tensor(path: &Path, name: &str) -> (String, Vec<i64>, Vec<u8>
     let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
     let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap();
     let key = format!("\"{name}\":{{");
-    let at = header.find(&key).unwrap_or_else(|| panic!("{name} not in {}", path.display())) + key.len();
+    let at = header
+        .find(&key)
+        .unwrap_or_else(|| panic!("{name} not in {}", path.display()))
+        + key.len();
     let entry = &header[at..at + header[at..].find('}').unwrap()];
     let field = |f: &str| -> &str {
         let k = format!("\"{f}\":");
         let s = &entry[entry.find(&k).unwrap() + k.len()..];
-        let end = if s.starts_with('[') { s.find(']').unwrap() + 1 } else { s.find(',').unwrap_or(s.len()) };
+        let end = if s.starts_with('[') {
+            s.find(']').unwrap() + 1
+        } else {
+            s.find(',').unwrap_or(s.len())
+        };
         &s[..end]
     };
     let list = |s: &str| -> Vec<i64> {
-        s.trim_matches(|c| c == '[' || c == ']').split(',').filter(|x| !x.is_empty()).map(|x| x.trim().parse().unwrap()).collect()
+        s.trim_matches(|c| c == '[' || c == ']')
+            .split(',')
+            .filter(|x| !x.is_empty())
+            .map(|x| x.trim().parse().unwrap())
+            .collect()
     };
     let dtype = field("dtype").trim_matches('"').to_string();
     let shape = list(field("shape"));
@@ -102,11 +119,15 @@ pub fn safetensors_tensor(path: &Path, name: &str) -> (String, Vec<i64>, Vec<u8>
 }
 
 pub fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 pub fn i32s(b: &[u8]) -> Vec<i32> {
-    b.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
+    b.chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 /// Asserts that `r` failed with `status` and a message containing every `needle`.
@@ -115,7 +136,11 @@ pub fn assert_err<T: std::fmt::Debug>(r: Result<T>, status: fp4rl::Status, needl
     let e = r.expect_err("the call succeeded; an error was expected");
     assert_eq!(e.status(), status, "wrong status; message: {}", e.message());
     for n in needles {
-        assert!(e.message().contains(n), "message {:?} does not contain {n:?}", e.message());
+        assert!(
+            e.message().contains(n),
+            "message {:?} does not contain {n:?}",
+            e.message()
+        );
     }
     e
 }

@@ -9,7 +9,12 @@ fn version_matches_the_header() {
     assert_eq!(version_number(), sys::FP4RL_VERSION_NUMBER as u32);
     assert_eq!(
         version(),
-        format!("{}.{}.{}", sys::FP4RL_VERSION_MAJOR, sys::FP4RL_VERSION_MINOR, sys::FP4RL_VERSION_PATCH)
+        format!(
+            "{}.{}.{}",
+            sys::FP4RL_VERSION_MAJOR,
+            sys::FP4RL_VERSION_MINOR,
+            sys::FP4RL_VERSION_PATCH
+        )
     );
 }
 
@@ -73,7 +78,11 @@ fn enums_round_trip_through_raw_values() {
     assert_eq!(qnames[0], "tile_weight");
     qnames.sort();
     qnames.dedup();
-    assert_eq!(qnames.len(), QParam::ALL.len(), "every policy parameter has its own name");
+    assert_eq!(
+        qnames.len(),
+        QParam::ALL.len(),
+        "every policy parameter has its own name"
+    );
     assert!(!qnames.contains(&"unknown"));
 }
 
@@ -81,12 +90,20 @@ fn enums_round_trip_through_raw_values() {
 fn context_cpu_and_random_state() -> Result<()> {
     let ctx = Context::cpu()?;
     assert_eq!(ctx.device(), Device::Cpu);
-    assert_eq!(ctx.rng()?, RngState { seed: 0, offset: 0 }, "a new context has seed 0 and offset 0");
+    assert_eq!(
+        ctx.rng()?,
+        RngState { seed: 0, offset: 0 },
+        "a new context has seed 0 and offset 0"
+    );
     ctx.set_seed(1234)?;
     ctx.set_rng_offset(17)?;
     assert_eq!(ctx.rng()?, RngState { seed: 1234, offset: 17 });
     ctx.set_seed(99)?;
-    assert_eq!(ctx.rng()?, RngState { seed: 99, offset: 0 }, "set_seed resets the offset");
+    assert_eq!(
+        ctx.rng()?,
+        RngState { seed: 99, offset: 0 },
+        "set_seed resets the offset"
+    );
     assert!(format!("{ctx:?}").contains("Cpu"));
     assert!(!ctx.as_ptr().is_null());
     Ok(())
@@ -95,7 +112,11 @@ fn context_cpu_and_random_state() -> Result<()> {
 #[test]
 fn context_errors() {
     // A CPU context has ordinal 0 only; negative ordinals are rejected: the library's messages.
-    assert_err(Context::new(Device::Cpu, 1), Status::InvalidArgument, &["fp4rl_context_create", "ordinal 0 only"]);
+    assert_err(
+        Context::new(Device::Cpu, 1),
+        Status::InvalidArgument,
+        &["fp4rl_context_create", "ordinal 0 only"],
+    );
     assert_err(Context::new(Device::Cpu, -1), Status::InvalidArgument, &["negative"]);
     // CUDA: works on a GPU machine; otherwise DEVICE (no GPU) or UNSUPPORTED (no CUDA build).
     match Context::cuda(0) {
@@ -119,7 +140,11 @@ fn context_is_send_and_works_on_another_thread() -> Result<()> {
     ctx.set_seed(5)?;
     let ctx = std::thread::spawn(move || -> Result<Context> {
         // the error message is per thread: a failure here is reported here
-        assert_err(Tensor::zeros(&ctx, DType::Mxfp4, &[4]), Status::Dtype, &["fp4rl_tensor_zeros"]);
+        assert_err(
+            Tensor::zeros(&ctx, DType::Mxfp4, &[4]),
+            Status::Dtype,
+            &["fp4rl_tensor_zeros"],
+        );
         let t = Tensor::from_slice(&ctx, &[1.0f32, 2.0], &[2])?;
         assert_eq!(t.to_vec::<f32>()?, [1.0, 2.0]);
         drop(t);
@@ -209,14 +234,26 @@ fn policy_errors_name_the_parameter_and_change_nothing() -> Result<()> {
     assert_eq!(p.tile(Role::Weight)?, 0, "a rejected value leaves the policy unchanged");
     // HiF4 takes 64 x 64 tiles only
     p.set_format(Role::Activation, DType::Hif4)?;
-    assert_err(p.set_tile(Role::Activation, 32), Status::InvalidArgument, &["tile_activation"]);
+    assert_err(
+        p.set_tile(Role::Activation, 32),
+        Status::InvalidArgument,
+        &["tile_activation"],
+    );
     // a dense dtype is not a quantized format
-    assert_err(p.set_format(Role::Weight, DType::F32), Status::InvalidArgument, &["format_weight"]);
+    assert_err(
+        p.set_format(Role::Weight, DType::F32),
+        Status::InvalidArgument,
+        &["format_weight"],
+    );
     // a seed above INT64_MAX cannot be represented: the library rejects it
     assert_err(p.set_seed(Some(u64::MAX)), Status::InvalidArgument, &["seed"]);
     assert_eq!(p.seed()?, None);
     // FP4 training numerics: W4A4 is a rollout setting
-    assert_err(p.set_train_numerics(Numerics::W4A4), Status::InvalidArgument, &["train_numerics"]);
+    assert_err(
+        p.set_train_numerics(Numerics::W4A4),
+        Status::InvalidArgument,
+        &["train_numerics"],
+    );
     assert_eq!(p.train_numerics()?, Numerics::Fp4);
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! The policy model: configs, the HF fixture, save/load, parameters, forward and training.
 use fp4rl::*;
 
-use crate::common::{addition, all_params, assert_err, f32s, fixture, i32s, param_names, safetensors_tensor, TempDir, TINY};
+use crate::common::{
+    addition, all_params, assert_err, f32s, fixture, i32s, param_names, safetensors_tensor, TempDir, TINY,
+};
 
 #[test]
 fn from_config_info_and_hparams() -> Result<()> {
@@ -22,7 +24,10 @@ fn from_config_info_and_hparams() -> Result<()> {
     for (k, v) in want {
         assert_eq!(m.info(k)?, v, "{k:?}");
     }
-    let n: i64 = param_names(2, true).iter().map(|p| m.param_shape(p).map(|s| s.iter().product::<i64>())).sum::<Result<i64>>()?;
+    let n: i64 = param_names(2, true)
+        .iter()
+        .map(|p| m.param_shape(p).map(|s| s.iter().product::<i64>()))
+        .sum::<Result<i64>>()?;
     assert_eq!(m.num_parameters()?, n, "the parameter names cover the model");
     assert_eq!(m.vocab_size()?, 16);
     assert!(format!("{m:?}").contains("NumParameters"));
@@ -32,8 +37,16 @@ fn from_config_info_and_hparams() -> Result<()> {
     m.set_hparam(MParam::Lr, 3e-3)?;
     m.set_hparam(MParam::GradClip, 1.0)?;
     assert_eq!((m.hparam(MParam::Lr)?, m.hparam(MParam::GradClip)?), (3e-3, 1.0));
-    assert_err(m.set_hparam(MParam::Lr, -1.0), Status::InvalidArgument, &["fp4rl_model_set_hparam"]);
-    assert_err(m.set_hparam(MParam::Beta1, 1.0), Status::InvalidArgument, &["fp4rl_model_set_hparam"]);
+    assert_err(
+        m.set_hparam(MParam::Lr, -1.0),
+        Status::InvalidArgument,
+        &["fp4rl_model_set_hparam"],
+    );
+    assert_err(
+        m.set_hparam(MParam::Beta1, 1.0),
+        Status::InvalidArgument,
+        &["fp4rl_model_set_hparam"],
+    );
     assert_eq!(m.hparam(MParam::Lr)?, 3e-3, "a rejected value changes nothing");
     // the same seed, the same weights; another seed, others
     let m2 = Model::from_config(&ctx, TINY, None, 1)?;
@@ -46,13 +59,33 @@ fn from_config_info_and_hparams() -> Result<()> {
 #[test]
 fn config_errors() -> Result<()> {
     let ctx = Context::cpu()?;
-    assert_err(Model::from_config(&ctx, "{", None, 1), Status::Corrupt, &["not valid JSON"]);
+    assert_err(
+        Model::from_config(&ctx, "{", None, 1),
+        Status::Corrupt,
+        &["not valid JSON"],
+    );
     let bad = TINY.replace("\"hidden_size\": 32", "\"hidden_size\": -32");
-    assert_err(Model::from_config(&ctx, &bad, None, 1), Status::Corrupt, &["hidden_size"]);
+    assert_err(
+        Model::from_config(&ctx, &bad, None, 1),
+        Status::Corrupt,
+        &["hidden_size"],
+    );
     let llama = TINY.replace("qwen2", "llama");
-    assert_err(Model::from_config(&ctx, &llama, None, 1), Status::Unsupported, &["llama"]);
-    assert_err(Model::from_config(&ctx, "{\0}", None, 1), Status::InvalidArgument, &["Model::from_config", "NUL"]);
-    assert_err(Model::from_pretrained(&ctx, "/nonexistent/model", None), Status::Io, &["config.json"]);
+    assert_err(
+        Model::from_config(&ctx, &llama, None, 1),
+        Status::Unsupported,
+        &["llama"],
+    );
+    assert_err(
+        Model::from_config(&ctx, "{\0}", None, 1),
+        Status::InvalidArgument,
+        &["Model::from_config", "NUL"],
+    );
+    assert_err(
+        Model::from_pretrained(&ctx, "/nonexistent/model", None),
+        Status::Io,
+        &["config.json"],
+    );
     Ok(())
 }
 
@@ -65,7 +98,14 @@ fn loads_the_hf_gqa_fixture_and_matches_its_logits() -> Result<()> {
     let mut p = QuantPolicy::new()?;
     p.set_train_numerics(Numerics::Fp32)?;
     let m = Model::from_pretrained(&ctx, &dir, Some(&p))?;
-    assert_eq!((m.vocab_size()?, m.info(ModelInfo::NumKvHeads)?, m.info(ModelInfo::TiedEmbeddings)?), (96, 2, 0));
+    assert_eq!(
+        (
+            m.vocab_size()?,
+            m.info(ModelInfo::NumKvHeads)?,
+            m.info(ModelInfo::TiedEmbeddings)?
+        ),
+        (96, 2, 0)
+    );
     for name in param_names(2, false) {
         let (dtype, shape, data) = safetensors_tensor(&dir.join("model.safetensors"), &name);
         assert_eq!(dtype, "F32");
@@ -89,10 +129,18 @@ fn loads_the_hf_gqa_fixture_and_matches_its_logits() -> Result<()> {
     let (_, _, want_loss) = safetensors_tensor(&reference, "loss");
     let loss = m.compute_gradients(&tokens, Some(&lengths), None, ids_shape[1] as usize)?;
     let want_loss = f32s(&want_loss)[0] as f64;
-    assert!((loss - want_loss).abs() <= 1e-5 * want_loss.abs(), "loss {loss} vs HF {want_loss}");
+    assert!(
+        (loss - want_loss).abs() <= 1e-5 * want_loss.abs(),
+        "loss {loss} vs HF {want_loss}"
+    );
     let (_, _, g) = safetensors_tensor(&reference, "grad.model.norm.weight");
     let (g, want_g) = (m.grad("model.norm.weight")?, f32s(&g));
-    let e: f64 = g.iter().zip(&want_g).map(|(a, b)| (*a as f64 - *b as f64).powi(2)).sum::<f64>().sqrt()
+    let e: f64 = g
+        .iter()
+        .zip(&want_g)
+        .map(|(a, b)| (*a as f64 - *b as f64).powi(2))
+        .sum::<f64>()
+        .sqrt()
         / want_g.iter().map(|b| (*b as f64).powi(2)).sum::<f64>().sqrt();
     assert!(e <= 1e-3, "grad rel. error {e:.3e}");
     Ok(())
@@ -103,7 +151,11 @@ fn load_errors_leave_the_weights() -> Result<()> {
     let ctx = Context::cpu()?;
     let m = Model::from_config(&ctx, TINY, None, 3)?;
     let before = all_params(&m)?;
-    assert_err(m.load("/nonexistent/model.safetensors"), Status::Io, &["cannot open", "/nonexistent/model.safetensors"]);
+    assert_err(
+        m.load("/nonexistent/model.safetensors"),
+        Status::Io,
+        &["cannot open", "/nonexistent/model.safetensors"],
+    );
     let tmp = TempDir::new("load");
     let junk = tmp.path().join("junk.safetensors");
     std::fs::write(&junk, b"\x10\0\0\0\0\0\0\0{\"a\": 1}       ").unwrap();
@@ -133,7 +185,11 @@ fn save_and_load_round_trip() -> Result<()> {
         assert!((a - b).abs() <= a.abs() / 128.0, "{a} vs {b}");
     }
     assert_err(m.save(&pb, DType::Mxfp4), Status::Dtype, &["fp4rl_model_save"]);
-    assert_err(m.save(tmp.path().join("no/such/dir/m.safetensors"), DType::F32), Status::Io, &["cannot create"]);
+    assert_err(
+        m.save(tmp.path().join("no/such/dir/m.safetensors"), DType::F32),
+        Status::Io,
+        &["cannot create"],
+    );
     Ok(())
 }
 
@@ -148,10 +204,22 @@ fn parameters_and_gradients() -> Result<()> {
     w.iter_mut().for_each(|x| *x = 0.25);
     m.set_param(name, &w)?;
     assert_eq!(m.param(name)?, w);
-    assert_err(m.set_param(name, &w[1..]), Status::Shape, &["fp4rl_model_set_param", name]);
-    assert_err(m.param("model.nope"), Status::InvalidArgument, &["no parameter \"model.nope\""]);
+    assert_err(
+        m.set_param(name, &w[1..]),
+        Status::Shape,
+        &["fp4rl_model_set_param", name],
+    );
+    assert_err(
+        m.param("model.nope"),
+        Status::InvalidArgument,
+        &["no parameter \"model.nope\""],
+    );
     assert_err(m.grad("model.nope"), Status::InvalidArgument, &["model.nope"]);
-    assert_err(m.param("lm_head.weight"), Status::InvalidArgument, &["ties lm_head.weight"]);
+    assert_err(
+        m.param("lm_head.weight"),
+        Status::InvalidArgument,
+        &["ties lm_head.weight"],
+    );
     // a backward fills the gradients
     let tokens: Vec<i32> = (0..16).map(|i| i % 16).collect();
     let loss = m.compute_gradients(&tokens, None, None, 8)?;
@@ -171,7 +239,10 @@ fn forward_shapes_and_batch_errors() -> Result<()> {
     let logits = m.logits(&tokens, Some(&lengths), 8)?;
     assert_eq!(logits.len(), 2 * 8 * 16);
     assert!(logits[..7 * 16].iter().all(|x| x.is_finite()));
-    assert!(logits[7 * 16..8 * 16].iter().all(|&x| x == 0.0), "0 past a sequence's length");
+    assert!(
+        logits[7 * 16..8 * 16].iter().all(|&x| x == 0.0),
+        "0 past a sequence's length"
+    );
     let lp = m.token_logprobs(&tokens, Some(&lengths), 8)?;
     assert_eq!(lp.len(), 16);
     assert_eq!(lp[0], 0.0);
@@ -182,16 +253,44 @@ fn forward_shapes_and_batch_errors() -> Result<()> {
     let lse = row.iter().map(|&x| (x as f64).exp()).sum::<f64>().ln();
     assert!((lp[3] as f64 - (row[tokens[3] as usize] as f64 - lse)).abs() < 1e-4);
     // Rust-side checks: slices that do not fit the batch
-    assert_err(m.logits(&tokens[..15], None, 8), Status::Shape, &["Model::logits", "seq_len 8"]);
-    assert_err(m.logits(&tokens, Some(&[7]), 8), Status::Shape, &["1 lengths", "2 sequences"]);
-    assert_err(m.train_step(&tokens, None, Some(&[1.0; 3]), 8), Status::Shape, &["loss mask"]);
+    assert_err(
+        m.logits(&tokens[..15], None, 8),
+        Status::Shape,
+        &["Model::logits", "seq_len 8"],
+    );
+    assert_err(
+        m.logits(&tokens, Some(&[7]), 8),
+        Status::Shape,
+        &["1 lengths", "2 sequences"],
+    );
+    assert_err(
+        m.train_step(&tokens, None, Some(&[1.0; 3]), 8),
+        Status::Shape,
+        &["loss mask"],
+    );
     // the library's checks
-    assert_err(m.logits(&tokens, None, 0), Status::Shape, &["fp4rl_model_logits", ">= 1"]);
-    assert_err(m.logits(&[], None, 8), Status::Shape, &["fp4rl_model_logits", "batch 0"]);
-    assert_err(m.logits(&tokens, Some(&[9, 1]), 8), Status::InvalidArgument, &["lengths[0] = 9"]);
+    assert_err(
+        m.logits(&tokens, None, 0),
+        Status::Shape,
+        &["fp4rl_model_logits", ">= 1"],
+    );
+    assert_err(
+        m.logits(&[], None, 8),
+        Status::Shape,
+        &["fp4rl_model_logits", "batch 0"],
+    );
+    assert_err(
+        m.logits(&tokens, Some(&[9, 1]), 8),
+        Status::InvalidArgument,
+        &["lengths[0] = 9"],
+    );
     let mut bad = tokens.clone();
     bad[3] = 16;
-    assert_err(m.token_logprobs(&bad, None, 8), Status::InvalidArgument, &["outside the vocabulary"]);
+    assert_err(
+        m.token_logprobs(&bad, None, 8),
+        Status::InvalidArgument,
+        &["outside the vocabulary"],
+    );
     let long = vec![1i32; 33];
     assert_err(m.logits(&long, None, 33), Status::Shape, &["max_position_embeddings"]);
     Ok(())

@@ -16,7 +16,10 @@ fn held_out_reward(eval: &mut RlSession, prompts: &[Vec<i32>]) -> Result<f64> {
     eval.rollout(prompts)?;
     let completions = eval.completions()?;
     assert_eq!(completions.len(), 8 * prompts.len());
-    let sum: f64 = completions.iter().map(|c| addition::reward(&prompts[c.prompt_index], &c.tokens)).sum();
+    let sum: f64 = completions
+        .iter()
+        .map(|c| addition::reward(&prompts[c.prompt_index], &c.tokens))
+        .sum();
     Ok(sum / completions.len() as f64)
 }
 
@@ -25,13 +28,17 @@ fn rl_with_a_rust_reward_raises_the_reward() -> Result<()> {
     let ctx = Context::cpu()?;
     ctx.set_seed(5)?;
     let mut p = QuantPolicy::with_preset(Preset::Hif4Rl)?;
-    p.set_train_numerics(Numerics::Fp4)?.set_rollout_numerics(Numerics::W4A4)?.set_resq(Resq::TwoFour)?;
+    p.set_train_numerics(Numerics::Fp4)?
+        .set_rollout_numerics(Numerics::W4A4)?
+        .set_resq(Resq::TwoFour)?;
     let m = Model::from_config(&ctx, SMALL, Some(&p), 7)?;
     // two sessions share the model: one trains, one evaluates; supervised steps in between
     let mut s = RlSession::new(&m, None)?;
     let mut eval = RlSession::new(&m, None)?;
     s.set_stop_tokens(&[addition::END])?;
-    eval.set_stop_tokens(&[addition::END])?.set(RlParam::GroupSize, 8.0)?.set(RlParam::MaxNewTokens, 4.0)?;
+    eval.set_stop_tokens(&[addition::END])?
+        .set(RlParam::GroupSize, 8.0)?
+        .set(RlParam::MaxNewTokens, 4.0)?;
     m.set_hparam(MParam::Lr, 3e-3)?;
     let (mut rng, mut eval_rng) = (addition::Rng(77), addition::Rng(78));
     let held_out = eval_rng.prompts(9, 128);
@@ -41,7 +48,10 @@ fn rl_with_a_rust_reward_raises_the_reward() -> Result<()> {
         m.train_step(&tok, Some(&len), Some(&mask), 8)?;
     }
     let r0 = held_out_reward(&mut eval, &held_out)?;
-    s.set(RlParam::GroupSize, 8.0)?.set(RlParam::MaxNewTokens, 4.0)?.set(RlParam::Lr, 1e-3)?.set(RlParam::ClipHigh, 0.28)?;
+    s.set(RlParam::GroupSize, 8.0)?
+        .set(RlParam::MaxNewTokens, 4.0)?
+        .set(RlParam::Lr, 1e-3)?
+        .set(RlParam::ClipHigh, 0.28)?;
     let mut calls = 0usize;
     for k in 0..24 {
         let batch = rng.prompts(9, 32);

@@ -8,14 +8,19 @@ use crate::common::{addition, all_params, assert_err, TempDir, TINY};
 
 fn hif4_policy() -> Result<QuantPolicy> {
     let mut p = QuantPolicy::with_preset(Preset::Hif4Rl)?;
-    p.set_train_numerics(Numerics::Fp4)?.set_rollout_numerics(Numerics::W4A4)?.set_resq(Resq::TwoFour)?;
+    p.set_train_numerics(Numerics::Fp4)?
+        .set_rollout_numerics(Numerics::W4A4)?
+        .set_resq(Resq::TwoFour)?;
     Ok(p)
 }
 
 /// tests/test_session.c's new_session: stop token, group 4, 4 new tokens, lr 1e-3.
 fn new_session<'m>(m: &'m Model<'_>, p: Option<&QuantPolicy>) -> Result<RlSession<'m>> {
     let mut s = RlSession::new(m, p)?;
-    s.set_stop_tokens(&[addition::END])?.set(RlParam::GroupSize, 4.0)?.set(RlParam::MaxNewTokens, 4.0)?.set(RlParam::Lr, 1e-3)?;
+    s.set_stop_tokens(&[addition::END])?
+        .set(RlParam::GroupSize, 4.0)?
+        .set(RlParam::MaxNewTokens, 4.0)?
+        .set(RlParam::Lr, 1e-3)?;
     Ok(s)
 }
 
@@ -52,10 +57,22 @@ fn hyper_parameters() -> Result<()> {
     s.set(RlParam::ClipHigh, 0.28)?.set(RlParam::Epochs, 2.0)?;
     assert_eq!((s.get(RlParam::ClipHigh)?, s.get(RlParam::Epochs)?), (0.28, 2.0));
     assert_err(s.set(RlParam::GroupSize, 1.0), Status::InvalidArgument, &["group_size"]);
-    assert_err(s.set(RlParam::Temperature, 0.0), Status::InvalidArgument, &["fp4rl_rl_session_set"]);
-    assert_err(s.set(RlParam::TisCap, 0.5), Status::InvalidArgument, &["fp4rl_rl_session_set"]);
+    assert_err(
+        s.set(RlParam::Temperature, 0.0),
+        Status::InvalidArgument,
+        &["fp4rl_rl_session_set"],
+    );
+    assert_err(
+        s.set(RlParam::TisCap, 0.5),
+        Status::InvalidArgument,
+        &["fp4rl_rl_session_set"],
+    );
     assert_eq!(s.get(RlParam::GroupSize)?, 8.0, "rejected values change nothing");
-    assert_err(s.set_stop_tokens(&[77]), Status::InvalidArgument, &["fp4rl_rl_session_set_stop_tokens"]);
+    assert_err(
+        s.set_stop_tokens(&[77]),
+        Status::InvalidArgument,
+        &["fp4rl_rl_session_set_stop_tokens"],
+    );
     s.set_stop_tokens(&[])?;
     assert!(std::ptr::eq(s.model(), &m));
     assert_eq!(s.step_count()?, 0);
@@ -85,20 +102,46 @@ fn failing_reward_closures_are_errors_and_leave_the_model() -> Result<()> {
             0.5
         }),
         Status::Callback,
-        &["fp4rl_rl_session_step", "completion 4", "returned 2", "model is unchanged", "panicked", "boom in the reward"],
+        &[
+            "fp4rl_rl_session_step",
+            "completion 4",
+            "returned 2",
+            "model is unchanged",
+            "panicked",
+            "boom in the reward",
+        ],
     );
     assert!(e.to_string().starts_with("FP4RL_ERR_CALLBACK: "));
     assert_eq!(calls.get(), 5, "the library stops at the failing completion");
     // a panic with a String payload
-    assert_err(s.step(&pr, |i, _, _| -> f64 { panic!("prompt {i} is bad") }), Status::Callback, &["panicked", "prompt 0 is bad"]);
+    assert_err(
+        s.step(&pr, |i, _, _| -> f64 { panic!("prompt {i} is bad") }),
+        Status::Callback,
+        &["panicked", "prompt 0 is bad"],
+    );
     // an Err from a Result-returning closure
     assert_err(
-        s.step(&pr, |i, _, _| if i == 2 { Err(format!("no reward for prompt {i}")) } else { Ok(1.0) }),
+        s.step(&pr, |i, _, _| {
+            if i == 2 {
+                Err(format!("no reward for prompt {i}"))
+            } else {
+                Ok(1.0)
+            }
+        }),
         Status::Callback,
-        &["returned 1", "completion 8", "returned an error", "no reward for prompt 2"],
+        &[
+            "returned 1",
+            "completion 8",
+            "returned an error",
+            "no reward for prompt 2",
+        ],
     );
     // a NaN reward: the library's own check
-    assert_err(s.step(&pr, |_, _, _| f64::NAN), Status::Callback, &["completion 0", "finite"]);
+    assert_err(
+        s.step(&pr, |_, _, _| f64::NAN),
+        Status::Callback,
+        &["completion 0", "finite"],
+    );
     // none of them changed anything
     assert_eq!(all_params(&m)?, before);
     assert_eq!(m.step()?, step_before);
@@ -122,7 +165,11 @@ fn reward_closures_see_every_completion_of_every_prompt() -> Result<()> {
         seen.push(i);
         addition::reward(prompt, completion)
     })?;
-    assert_eq!(seen, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2], "group_size completions per prompt, in order");
+    assert_eq!(
+        seen,
+        [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2],
+        "group_size completions per prompt, in order"
+    );
     // the CSR form of the same prompts
     let (mut tok, mut off) = (Vec::new(), vec![0usize]);
     for p in &pr {
@@ -146,21 +193,61 @@ fn hostile_prompts() -> Result<()> {
     let mut s = new_session(&m, None)?;
     let none: Vec<Vec<i32>> = Vec::new();
     assert_err(s.step(&none, sevens), Status::InvalidArgument, &["n_prompts is 0"]);
-    assert_err(s.step_csr(&[], &[], sevens), Status::InvalidArgument, &["n_prompts is 0"]);
-    assert_err(s.step(&[vec![], vec![1, 2, 3]], sevens), Status::InvalidArgument, &["prompt 0 is empty"]);
-    assert_err(s.step_csr(&[1, 2, 3, 4], &[1, 4], sevens), Status::InvalidArgument, &["prompt_offsets[0] is 1"]);
+    assert_err(
+        s.step_csr(&[], &[], sevens),
+        Status::InvalidArgument,
+        &["n_prompts is 0"],
+    );
+    assert_err(
+        s.step(&[vec![], vec![1, 2, 3]], sevens),
+        Status::InvalidArgument,
+        &["prompt 0 is empty"],
+    );
+    assert_err(
+        s.step_csr(&[1, 2, 3, 4], &[1, 4], sevens),
+        Status::InvalidArgument,
+        &["prompt_offsets[0] is 1"],
+    );
     // an offset past the tokens: caught before C would read out of bounds
-    assert_err(s.step_csr(&[1, 2, 3], &[0, 3, 9], sevens), Status::InvalidArgument, &["RlSession::step", "offset 9"]);
-    assert_err(s.rollout_csr(&[1, 2, 3], &[0, 4]), Status::InvalidArgument, &["RlSession::rollout"]);
-    assert_err(s.step(&[vec![0; 30]], sevens), Status::Shape, &["exceeds the model's context"]);
-    assert_err(s.step(&[vec![1, 99, 2]], sevens), Status::InvalidArgument, &["outside the vocabulary"]);
+    assert_err(
+        s.step_csr(&[1, 2, 3], &[0, 3, 9], sevens),
+        Status::InvalidArgument,
+        &["RlSession::step", "offset 9"],
+    );
+    assert_err(
+        s.rollout_csr(&[1, 2, 3], &[0, 4]),
+        Status::InvalidArgument,
+        &["RlSession::rollout"],
+    );
+    assert_err(
+        s.step(&[vec![0; 30]], sevens),
+        Status::Shape,
+        &["exceeds the model's context"],
+    );
+    assert_err(
+        s.step(&[vec![1, 99, 2]], sevens),
+        Status::InvalidArgument,
+        &["outside the vocabulary"],
+    );
     assert_err(s.train(), Status::InvalidArgument, &["fp4rl_rl_session_train"]);
-    assert_err(s.set_rewards(&[0.0, 0.0]), Status::InvalidArgument, &["fp4rl_rl_session_set_rewards"]);
+    assert_err(
+        s.set_rewards(&[0.0, 0.0]),
+        Status::InvalidArgument,
+        &["fp4rl_rl_session_set_rewards"],
+    );
     assert_err(s.metric("nope"), Status::InvalidArgument, &["no metric \"nope\""]);
     assert_err(s.metric("a\0b"), Status::InvalidArgument, &["RlSession::metric", "NUL"]);
-    assert_err(s.completion(0), Status::InvalidArgument, &["fp4rl_rl_session_completion", "no rollout yet"]);
+    assert_err(
+        s.completion(0),
+        Status::InvalidArgument,
+        &["fp4rl_rl_session_completion", "no rollout yet"],
+    );
     assert_err(s.load("/nonexistent/ckpt"), Status::Io, &["fp4rl_rl_session_load"]);
-    assert_err(s.set_metrics_file(Some(std::path::Path::new("/nonexistent/dir/m.jsonl"))), Status::Io, &["cannot open"]);
+    assert_err(
+        s.set_metrics_file(Some(std::path::Path::new("/nonexistent/dir/m.jsonl"))),
+        Status::Io,
+        &["cannot open"],
+    );
     assert_eq!(s.step_count()?, 0);
     Ok(())
 }
@@ -246,7 +333,8 @@ fn checkpoint_resume_is_bit_identical() -> Result<()> {
     let ctx2 = Context::cpu()?;
     ctx2.set_seed(999)?;
     let mut p0 = QuantPolicy::new()?;
-    p0.set_train_numerics(Numerics::Bf16)?.set_rollout_numerics(Numerics::Bf16)?;
+    p0.set_train_numerics(Numerics::Bf16)?
+        .set_rollout_numerics(Numerics::Bf16)?;
     let m2 = Model::from_config(&ctx2, TINY, Some(&p0), 123)?;
     let mut s2 = new_session(&m2, Some(&p0))?;
     s2.load(&ck)?;
@@ -260,7 +348,11 @@ fn checkpoint_resume_is_bit_identical() -> Result<()> {
     assert_eq!(s2.metric("pg/loss")?.to_bits(), s.metric("pg/loss")?.to_bits());
     assert_eq!(m2.step()?, m.step()?);
     // a corrupt checkpoint changes nothing
-    std::fs::write(ck.join("state.json"), "{\"format\": \"fp4rl-rl-checkpoint\", \"version\": 1}").unwrap();
+    std::fs::write(
+        ck.join("state.json"),
+        "{\"format\": \"fp4rl-rl-checkpoint\", \"version\": 1}",
+    )
+    .unwrap();
     assert_err(s2.load(&ck), Status::Corrupt, &["fp4rl_rl_session_load"]);
     assert!(all_params(&m2)? == got);
     assert_eq!(s2.step_count()?, 3);

@@ -9,7 +9,10 @@ fn dense_round_trips_every_element_type() -> Result<()> {
     let f: Vec<f32> = (0..6).map(|i| i as f32 * 0.5 - 1.0).collect();
     let t = Tensor::from_slice(&ctx, &f, &[2, 3])?;
     assert_eq!(t.dtype(), DType::F32);
-    assert_eq!((t.ndim(), t.shape(), t.dim(1), t.dim(7), t.numel(), t.nbytes()), (2, vec![2, 3], 3, 0, 6, 24));
+    assert_eq!(
+        (t.ndim(), t.shape(), t.dim(1), t.dim(7), t.numel(), t.nbytes()),
+        (2, vec![2, 3], 3, 0, 6, 24)
+    );
     assert_eq!(t.to_vec::<f32>()?, f);
     // the handle's context is ours
     assert_eq!(unsafe { sys::fp4rl_tensor_context(t.as_ptr()) }, ctx.as_ptr());
@@ -37,25 +40,65 @@ fn dense_round_trips_every_element_type() -> Result<()> {
 fn tensor_errors() -> Result<()> {
     let ctx = Context::cpu()?;
     // a slice that does not fill the shape: caught here (C cannot see the slice's length)
-    assert_err(Tensor::from_slice(&ctx, &[1.0f32; 5], &[2, 3]), Status::Shape, &["Tensor::from_slice", "5 elements", "[2, 3]"]);
+    assert_err(
+        Tensor::from_slice(&ctx, &[1.0f32; 5], &[2, 3]),
+        Status::Shape,
+        &["Tensor::from_slice", "5 elements", "[2, 3]"],
+    );
     // shapes the library rejects: its messages
-    assert_err(Tensor::from_slice(&ctx, &[1.0f32; 0], &[0]), Status::Shape, &["fp4rl_tensor_from_host", "dim 0 is 0"]);
-    assert_err(Tensor::from_slice(&ctx, &[1.0f32], &[]), Status::Shape, &["fp4rl_tensor_from_host", "ndim is 0"]);
-    assert_err(Tensor::from_slice(&ctx, &[1.0f32], &[1; 9]), Status::Shape, &["fp4rl_tensor_from_host", "ndim is 9"]);
-    assert_err(Tensor::zeros(&ctx, DType::F32, &[2, -1]), Status::Shape, &["fp4rl_tensor_zeros", "dim 1 is -1"]);
-    assert_err(Tensor::zeros(&ctx, DType::Hif4, &[64]), Status::Dtype, &["fp4rl_tensor_zeros"]);
+    assert_err(
+        Tensor::from_slice(&ctx, &[1.0f32; 0], &[0]),
+        Status::Shape,
+        &["fp4rl_tensor_from_host", "dim 0 is 0"],
+    );
+    assert_err(
+        Tensor::from_slice(&ctx, &[1.0f32], &[]),
+        Status::Shape,
+        &["fp4rl_tensor_from_host", "ndim is 0"],
+    );
+    assert_err(
+        Tensor::from_slice(&ctx, &[1.0f32], &[1; 9]),
+        Status::Shape,
+        &["fp4rl_tensor_from_host", "ndim is 9"],
+    );
+    assert_err(
+        Tensor::zeros(&ctx, DType::F32, &[2, -1]),
+        Status::Shape,
+        &["fp4rl_tensor_zeros", "dim 1 is -1"],
+    );
+    assert_err(
+        Tensor::zeros(&ctx, DType::Hif4, &[64]),
+        Status::Dtype,
+        &["fp4rl_tensor_zeros"],
+    );
     // reading a tensor as the wrong element type
     let t = Tensor::from_slice(&ctx, &[1.0f32, 2.0], &[2])?;
     assert_err(t.to_vec::<i32>(), Status::Dtype, &["Tensor::to_vec", "f32"]);
-    assert_err(t.quant_info(), Status::Dtype, &["fp4rl_tensor_quant_info", "not a quantized dtype"]);
+    assert_err(
+        t.quant_info(),
+        Status::Dtype,
+        &["fp4rl_tensor_quant_info", "not a quantized dtype"],
+    );
     assert_err(t.codes(), Status::Dtype, &["not a quantized dtype"]);
     assert_err(t.dequantize(DType::F32), Status::Dtype, &["fp4rl_dequantize"]);
     assert_err(t.hif4_scale_words(), Status::Dtype, &["hif4"]);
     // a quantized tensor is read through dequantize or its codes and scales: the library says so
     let q = t.quantize(DType::Mxfp4, None, Role::Weight)?;
-    assert_err(q.to_vec::<f32>(), Status::Dtype, &["fp4rl_tensor_to_host", "dequantize it first"]);
-    assert_err(q.quantize(DType::Mxfp4, None, Role::Weight), Status::Dtype, &["fp4rl_quantize"]);
-    assert_err(t.quantize(DType::F32, None, Role::Weight), Status::Dtype, &["fp4rl_quantize"]);
+    assert_err(
+        q.to_vec::<f32>(),
+        Status::Dtype,
+        &["fp4rl_tensor_to_host", "dequantize it first"],
+    );
+    assert_err(
+        q.quantize(DType::Mxfp4, None, Role::Weight),
+        Status::Dtype,
+        &["fp4rl_quantize"],
+    );
+    assert_err(
+        t.quantize(DType::F32, None, Role::Weight),
+        Status::Dtype,
+        &["fp4rl_quantize"],
+    );
     Ok(())
 }
 
@@ -67,7 +110,15 @@ fn hif4_spec_vector_d() -> Result<()> {
     let src = Tensor::from_slice(&ctx, &x, &[1, 64])?;
     let q = src.quantize(DType::Hif4, None, Role::Weight)?;
     assert_eq!(q.dtype(), DType::Hif4);
-    assert_eq!(q.quant_info()?, QuantInfo { tile: 0, codes_bytes: 32, scales_bytes: 4, tensor_scale: 1.0 });
+    assert_eq!(
+        q.quant_info()?,
+        QuantInfo {
+            tile: 0,
+            codes_bytes: 32,
+            scales_bytes: 4,
+            tensor_scale: 1.0
+        }
+    );
     assert_eq!(q.hif4_scale_words()?, [0xEC3F_C3B9]);
     assert_eq!(q.scales()?, 0xEC3F_C3B9u32.to_le_bytes());
     let y = q.dequantize(DType::F32)?.to_vec::<f32>()?;
@@ -86,15 +137,28 @@ fn quantize_dequantize_and_error_report() -> Result<()> {
     let ctx = Context::cpu()?;
     // values on the E2M1 grid with one power-of-two scale: MXFP4 is exact
     let grid = [0.0f32, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
-    let x: Vec<f32> = (0..64).map(|i| grid[i % 8] * if i % 3 == 0 { -1.0 } else { 1.0 }).collect();
+    let x: Vec<f32> = (0..64)
+        .map(|i| grid[i % 8] * if i % 3 == 0 { -1.0 } else { 1.0 })
+        .collect();
     let src = Tensor::from_slice(&ctx, &x, &[2, 32])?;
     let q = src.quantize(DType::Mxfp4, None, Role::Weight)?;
     assert_eq!(q.shape(), [2, 32]);
-    assert_eq!(q.quant_info()?, QuantInfo { tile: 0, codes_bytes: 32, scales_bytes: 2, tensor_scale: 1.0 });
+    assert_eq!(
+        q.quant_info()?,
+        QuantInfo {
+            tile: 0,
+            codes_bytes: 32,
+            scales_bytes: 2,
+            tensor_scale: 1.0
+        }
+    );
     assert_eq!(q.nbytes(), 34);
     assert_eq!(q.dequantize(DType::F32)?.to_vec::<f32>()?, x);
     let e = src.quant_error(&q)?;
-    assert_eq!((e.rel_mse, e.underflow_frac, e.saturated_frac, e.nan_block_frac), (0.0, 0.0, 0.0, 0.0));
+    assert_eq!(
+        (e.rel_mse, e.underflow_frac, e.saturated_frac, e.nan_block_frac),
+        (0.0, 0.0, 0.0, 0.0)
+    );
     // BF16 out: exact for MXFP4
     let bf = q.dequantize(DType::Bf16)?.to_vec::<u16>()?;
     let back: Vec<f32> = bf.iter().map(|&b| f32::from_bits((b as u32) << 16)).collect();
@@ -164,7 +228,10 @@ fn codes_and_scales_export_and_import() -> Result<()> {
         let r = Tensor::import_quantized(&ctx, fmt, &[3, 40], info.tile, &codes, &scales, info.tensor_scale)?;
         assert_eq!(r.dtype(), fmt);
         assert_eq!((r.codes()?, r.scales()?), (codes.clone(), scales.clone()));
-        assert_eq!(r.dequantize(DType::F32)?.to_vec::<f32>()?, q.dequantize(DType::F32)?.to_vec::<f32>()?);
+        assert_eq!(
+            r.dequantize(DType::F32)?.to_vec::<f32>()?,
+            q.dequantize(DType::F32)?.to_vec::<f32>()?
+        );
         // wrong sizes: the library compares them with the layout
         assert_err(
             Tensor::import_quantized(&ctx, fmt, &[3, 40], info.tile, &codes[1..], &scales, info.tensor_scale),
@@ -178,12 +245,32 @@ fn codes_and_scales_export_and_import() -> Result<()> {
     let q39 = Tensor::from_slice(&ctx, &x[..39], &[39])?.quantize(DType::Mxfp4, None, Role::Weight)?;
     let mut c39 = q39.codes()?;
     c39[19] |= 0xF0; // the padding nibble of the odd row
-    assert_err(Tensor::import_quantized(&ctx, DType::Mxfp4, &[39], 0, &c39, &q39.scales()?, 1.0), Status::Corrupt, &["padding"]);
-    assert_err(Tensor::import_quantized(&ctx, DType::Mxfp4, &[3, 40], 0, &codes, &scales, 2.0), Status::Corrupt, &["tensor_scale"]);
-    assert_err(Tensor::import_quantized(&ctx, DType::F32, &[3, 40], 0, &codes, &scales, 1.0), Status::Dtype, &["not a quantized dtype"]);
-    assert_err(Tensor::import_quantized(&ctx, DType::Mxfp4, &[3, 40], 7, &codes, &scales, 1.0), Status::InvalidArgument, &["tile 7"]);
+    assert_err(
+        Tensor::import_quantized(&ctx, DType::Mxfp4, &[39], 0, &c39, &q39.scales()?, 1.0),
+        Status::Corrupt,
+        &["padding"],
+    );
+    assert_err(
+        Tensor::import_quantized(&ctx, DType::Mxfp4, &[3, 40], 0, &codes, &scales, 2.0),
+        Status::Corrupt,
+        &["tensor_scale"],
+    );
+    assert_err(
+        Tensor::import_quantized(&ctx, DType::F32, &[3, 40], 0, &codes, &scales, 1.0),
+        Status::Dtype,
+        &["not a quantized dtype"],
+    );
+    assert_err(
+        Tensor::import_quantized(&ctx, DType::Mxfp4, &[3, 40], 7, &codes, &scales, 1.0),
+        Status::InvalidArgument,
+        &["tile 7"],
+    );
     codes.clear();
-    assert_err(Tensor::import_quantized(&ctx, DType::Mxfp4, &[3, 40], 0, &codes, &scales, 1.0), Status::Shape, &["bytes of codes"]);
+    assert_err(
+        Tensor::import_quantized(&ctx, DType::Mxfp4, &[3, 40], 0, &codes, &scales, 1.0),
+        Status::Shape,
+        &["bytes of codes"],
+    );
     Ok(())
 }
 
@@ -218,14 +305,22 @@ fn matmul_dense_quantized_and_errors() -> Result<()> {
     let ctx = Context::cpu()?;
     // C[M,N] = A[M,K] B[N,K]^T
     let a = Tensor::from_slice(&ctx, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
-    let b = Tensor::from_slice(&ctx, &[1.0f32, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0], &[4, 3])?;
+    let b = Tensor::from_slice(
+        &ctx,
+        &[1.0f32, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0],
+        &[4, 3],
+    )?;
     let c = a.matmul_nt(&b)?;
     assert_eq!(c.shape(), [2, 4]);
     assert_eq!(c.to_vec::<f32>()?, [1.0, 2.0, 3.0, 6.0, 4.0, 5.0, 6.0, 15.0]);
     // into a caller-made BF16 output
     let mut cb = Tensor::zeros(&ctx, DType::Bf16, &[2, 4])?;
     cb.matmul(&a, &b)?;
-    let got: Vec<f32> = cb.to_vec::<u16>()?.iter().map(|&h| f32::from_bits((h as u32) << 16)).collect();
+    let got: Vec<f32> = cb
+        .to_vec::<u16>()?
+        .iter()
+        .map(|&h| f32::from_bits((h as u32) << 16))
+        .collect();
     assert_eq!(got, [1.0, 2.0, 3.0, 6.0, 4.0, 5.0, 6.0, 15.0]);
     // quantized operands are dequantized exactly: the same as the product of the dequantized
     let (m, n, k) = (3usize, 5usize, 64usize);
@@ -239,7 +334,11 @@ fn matmul_dense_quantized_and_errors() -> Result<()> {
     for i in 0..m {
         for j in 0..n {
             let want: f64 = (0..k).map(|t| da[i * k + t] as f64 * db[j * k + t] as f64).sum();
-            assert!((fused[i * n + j] as f64 - want).abs() <= 1e-4 * want.abs().max(1.0), "({i},{j}) {} vs {want}", fused[i * n + j]);
+            assert!(
+                (fused[i * n + j] as f64 - want).abs() <= 1e-4 * want.abs().max(1.0),
+                "({i},{j}) {} vs {want}",
+                fused[i * n + j]
+            );
         }
     }
     // errors: the library's
