@@ -1,0 +1,85 @@
+# Context: a device, its memory and its random-number state.
+
+"""
+    Context(device = DEVICE_CPU, ordinal = 0)
+
+A libfp4rl context on `device` (`DEVICE_CPU` or `DEVICE_CUDA`); `ordinal` picks the GPU. A CUDA
+context throws an [`FP4RLError`](@ref) with `FP4RL.ERR_DEVICE` on a machine without a usable GPU
+and `FP4RL.ERR_UNSUPPORTED` with a library built without CUDA. A new context has seed 0 and
+random offset 0.
+
+Tensors, models and sessions belong to a context and keep it alive. The binding serialises
+calls on one context with a lock, so sharing a context between tasks is safe but not parallel;
+use one context per thread for parallel work.
+"""
+mutable struct Context <: Handle
+    ptr::Ptr{Cvoid}
+    released::Bool          # closed or finalized; the C context lives until `children` is 0
+    children::Int           # live Tensors, Models and RLSessions of this context
+    in_callback::Bool       # a reward function of a step on this context is running
+    const lock::ReentrantLock
+
+    function Context(device::Union{Device,Integer}=DEVICE_CPU, ordinal::Integer=0)
+        out = Ref{Ptr{Cvoid}}(C_NULL)
+        rc = ccall((:fp4rl_context_create, libfp4rl()), Cint, (Ref{Ptr{Cvoid}}, Cint, Cint),
+                   out, _cint(device), Cint(ordinal))
+        _check(rc)
+        return finalizer(_finalize, new(out[], false, 0, false, ReentrantLock()))
+    end
+end
+
+_context(c::Context) = c
+_parents(::Context) = ()
+_destroy_c(::Context, p::Ptr{Cvoid}) = ccall((:fp4rl_context_destroy, libfp4rl()), Cvoid, (Ptr{Cvoid},), p)
+
+"`device(ctx)`: the [`Device`](@ref) of a context."
+function device(ctx::Context)
+    d = _with(ctx) do
+        ccall((:fp4rl_context_device, libfp4rl()), Cint, (Ptr{Cvoid},), ctx)
+    end
+    return Device(d)
+end
+
+"""
+    set_seed!(ctx, seed)
+
+Sets the seed of stochastic rounding and resets the random offset to 0.
+"""
+function set_seed!(ctx::Context, seed::Integer)
+    _with(ctx) do
+        _check(ccall((:fp4rl_context_set_seed, libfp4rl()), Cint, (Ptr{Cvoid}, UInt64), ctx, UInt64(seed)))
+    end
+    return ctx
+end
+
+"""
+    rng(ctx) -> (seed = UInt64, offset = UInt64)
+
+The random state: the seed, and the offset the next stochastic quantization will use (each one
+uses the current offset and advances it by one, so a run is replayable from the pair).
+"""
+function rng(ctx::Context)
+    seed = Ref{UInt64}(0)
+    offset = Ref{UInt64}(0)
+    _with(ctx) do
+        _check(ccall((:fp4rl_context_get_rng, libfp4rl()), Cint, (Ptr{Cvoid}, Ref{UInt64}, Ref{UInt64}),
+                     ctx, seed, offset))
+    end
+    return (seed = seed[], offset = offset[])
+end
+
+"`set_rng_offset!(ctx, offset)`: sets the offset the next stochastic quantization uses."
+function set_rng_offset!(ctx::Context, offset::Integer)
+    _with(ctx) do
+        _check(ccall((:fp4rl_context_set_rng_offset, libfp4rl()), Cint, (Ptr{Cvoid}, UInt64), ctx, UInt64(offset)))
+    end
+    return ctx
+end
+
+function Base.show(io::IO, ctx::Context)
+    if ctx.released
+        print(io, "FP4RL.Context(closed)")
+    else
+        print(io, "FP4RL.Context(", device(ctx), ")")
+    end
+end
