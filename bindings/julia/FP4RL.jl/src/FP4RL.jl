@@ -37,12 +37,12 @@ module FP4RL
 using Libdl
 
 export Context, QuantPolicy, Tensor, Model, RLSession, FP4RLError
-export destroy!, cshape, nbytes, dtype, set_seed!, rng, set_rng_offset!
+export destroy!, cshape, nbytes, dtype, set_seed!, rng_state, set_rng_offset!
 # device and context are not exported: CUDA.jl exports a `device` too; use FP4RL.device(ctx).
 export quant_info, codes, scales, import_quantized, quantize, dequantize, matmul, matmul!, quant_error
 export setparam!, getparam, apply_preset!, qparam_name, dtype_name, status_name, last_error
 export version_number, version_string, library_version
-export from_pretrained, load!, save, set_policy!, set_hparam!, hparam, info
+export from_pretrained, load!, save, set_policy!, set_hparam!, hparam, model_info
 export logits, token_logprobs, compute_gradients!, train_step!, param_shape, get_param, get_grad, set_param!
 export set_stop_tokens!, step!, rollout!, num_completions, completion, completions, set_rewards!, train!
 export metric, metric_names, metrics, metrics_json, set_metrics_file!, step_count

@@ -53,12 +53,12 @@ function set_seed!(ctx::Context, seed::Integer)
 end
 
 """
-    rng(ctx) -> (seed = UInt64, offset = UInt64)
+    rng_state(ctx) -> (seed = UInt64, offset = UInt64)
 
 The random state: the seed, and the offset the next stochastic quantization will use (each one
 uses the current offset and advances it by one, so a run is replayable from the pair).
 """
-function rng(ctx::Context)
+function rng_state(ctx::Context)
     seed = Ref{UInt64}(0)
     offset = Ref{UInt64}(0)
     _with(ctx) do

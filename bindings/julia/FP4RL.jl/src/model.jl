@@ -102,8 +102,8 @@ function hparam(m::Model, param::Union{MParam,Integer})
     return v[]
 end
 
-"`info(m, key) -> Int64`: a size or counter of the model ([`ModelInfo`](@ref))."
-function info(m::Model, key::Union{ModelInfo,Integer})
+"`model_info(m, key) -> Int64`: a size or counter of the model ([`ModelInfo`](@ref))."
+function model_info(m::Model, key::Union{ModelInfo,Integer})
     v = Ref{Int64}(0)
     _with(m) do
         _check(ccall((:fp4rl_model_get_info, libfp4rl()), Cint, (Ptr{Cvoid}, Cint, Ref{Int64}), m, _cint(key), v))
@@ -113,7 +113,7 @@ end
 
 Base.getindex(m::Model, p::MParam) = hparam(m, p)
 Base.setindex!(m::Model, v::Real, p::MParam) = (set_hparam!(m, p, v); v)
-Base.getindex(m::Model, k::ModelInfo) = info(m, k)
+Base.getindex(m::Model, k::ModelInfo) = model_info(m, k)
 
 # ---- batches ----
 
@@ -169,7 +169,7 @@ lengths (padded for you).
 function logits(m::Model, tokens; lengths=nothing)
     tok, lens = _batch(tokens, lengths)
     T, B = size(tok)
-    out = Array{Float32}(undef, info(m, MI_VOCAB_SIZE), T, B)
+    out = Array{Float32}(undef, model_info(m, MI_VOCAB_SIZE), T, B)
     _with(m) do
         GC.@preserve tok lens out begin
             _check(ccall((:fp4rl_model_logits, libfp4rl()), Cint,
@@ -313,7 +313,7 @@ function Base.show(io::IO, m::Model)
     if m.released
         print(io, "FP4RL.Model(closed)")
     else
-        print(io, "FP4RL.Model(", info(m, MI_NUM_PARAMETERS), " parameters, vocab ", info(m, MI_VOCAB_SIZE),
-              ", ", info(m, MI_NUM_LAYERS), " layers)")
+        print(io, "FP4RL.Model(", model_info(m, MI_NUM_PARAMETERS), " parameters, vocab ", model_info(m, MI_VOCAB_SIZE),
+              ", ", model_info(m, MI_NUM_LAYERS), " layers)")
     end
 end

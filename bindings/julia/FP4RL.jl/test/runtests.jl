@@ -88,12 +88,12 @@ end
 @testset "Context" begin
     ctx = Context()
     @test FP4RL.device(ctx) == DEVICE_CPU
-    @test rng(ctx) == (seed = UInt64(0), offset = UInt64(0))
+    @test rng_state(ctx) == (seed = UInt64(0), offset = UInt64(0))
     set_seed!(ctx, 5)
     set_rng_offset!(ctx, 7)
-    @test rng(ctx) == (seed = UInt64(5), offset = UInt64(7))
+    @test rng_state(ctx) == (seed = UInt64(5), offset = UInt64(7))
     set_seed!(ctx, 6)
-    @test rng(ctx).offset == 0        # a new seed restarts the stream
+    @test rng_state(ctx).offset == 0        # a new seed restarts the stream
     e = throws_status(() -> Context(DEVICE_CPU, 1), FP4RL.ERR_INVALID_ARGUMENT)
     @test occursin("ordinal", e.message)
     throws_status(() -> Context(42), FP4RL.ERR_INVALID_ARGUMENT)
@@ -253,9 +253,9 @@ end
     throws_status(() -> transpose(quantize(tw, DTYPE_MXFP4)), FP4RL.ERR_UNSUPPORTED)
     # stochastic rounding advances the context's random offset by one per call
     ps = QuantPolicy(; rounding_activation=ROUND_STOCHASTIC)
-    o = rng(ctx).offset
+    o = rng_state(ctx).offset
     quantize(ta, DTYPE_MXFP4; policy=ps, role=ROLE_ACTIVATION)
-    @test rng(ctx).offset == o + 1
+    @test rng_state(ctx).offset == o + 1
     # a NaN makes its block NaN, reported by quant_error
     xn = copy(a)
     xn[1, 1] = NaN32
