@@ -15,6 +15,13 @@ use crate::error::{check, Result};
 /// move to another thread with nothing borrowing it) but not `Sync`, and the objects borrowing
 /// it are neither: a context and its objects are used by one thread.
 ///
+/// ```compile_fail,E0277
+/// fn on_another_thread<T: Send>(_: T) {}
+/// let ctx = fp4rl::Context::cpu().unwrap();
+/// let t = fp4rl::Tensor::from_slice(&ctx, &[1.0f32], &[1]).unwrap();
+/// on_another_thread(t); // error: a tensor borrows a context, which is not Sync
+/// ```
+///
 /// Methods that change the context's state take `&self`: the random state is shared by every
 /// tensor and model of the context (each stochastic quantization advances it), like a `Cell`.
 pub struct Context {

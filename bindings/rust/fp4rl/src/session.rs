@@ -143,6 +143,8 @@ where
                 "the Rust reward closure panicked for a completion of prompt {prompt_index}: {}",
                 panic_message(payload.as_ref())
             ));
+            // Dropping the payload runs its destructor, which could panic too: not into C.
+            let _ = panic::catch_unwind(AssertUnwindSafe(move || drop(payload)));
             2
         }
     }

@@ -358,3 +358,30 @@ fn checkpoint_resume_is_bit_identical() -> Result<()> {
     assert_eq!(s2.step_count()?, 3);
     Ok(())
 }
+
+// A reward may itself use the library: here the log-likelihood of the completion under another
+// model of the same context (a reference or reward model). The session being stepped is
+// borrowed mutably for the step, so the closure cannot reach it; everything else it can.
+#[test]
+fn reward_closures_may_call_into_the_library() -> Result<()> {
+    let ctx = Context::cpu()?;
+    let m = Model::from_config(&ctx, TINY, None, 1)?;
+    let reward_model = Model::from_config(&ctx, TINY, None, 2)?;
+    let mut s = new_session(&m, None)?;
+    let mut scored = 0;
+    s.step(&prompts(6, 2), |_, prompt, completion| -> Result<f64> {
+        let seq: Vec<i32> = prompt.iter().chain(completion).copied().collect();
+        let lp = reward_model.token_logprobs(&seq, None, seq.len())?;
+        scored += 1;
+        Ok(lp[prompt.len()..].iter().map(|&x| x as f64).sum::<f64>() / completion.len() as f64)
+    })?;
+    assert_eq!(scored, 8);
+    // an fp4rl::Error inside the closure becomes part of the step's error
+    let e = assert_err(
+        s.step(&prompts(6, 2), |_, _, _| reward_model.param("model.nope").map(|_| 0.0)),
+        Status::Callback,
+        &["returned 1", "no parameter \"model.nope\""],
+    );
+    assert!(e.message().starts_with("fp4rl_rl_session_step: "), "{e}");
+    Ok(())
+}
