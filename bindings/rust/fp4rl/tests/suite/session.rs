@@ -243,6 +243,8 @@ fn hostile_prompts() -> Result<()> {
         &["fp4rl_rl_session_completion", "no rollout yet"],
     );
     assert_err(s.load("/nonexistent/ckpt"), Status::Io, &["fp4rl_rl_session_load"]);
+    assert_err(s.save("/nonexistent/dir/ckpt"), Status::Io, &[]);
+    assert_err(s.save("a\0b"), Status::InvalidArgument, &["RlSession::save", "NUL"]);
     assert_err(
         s.set_metrics_file(Some(std::path::Path::new("/nonexistent/dir/m.jsonl"))),
         Status::Io,
@@ -275,6 +277,23 @@ fn split_api_and_metrics() -> Result<()> {
         rewards.push(sevens(c.prompt_index, &[], &c.tokens));
     }
     assert_eq!(s.completion(5)?, completions[5]);
+    assert_err(
+        s.completion(12),
+        Status::InvalidArgument,
+        &["completion 12 does not exist"],
+    );
+    let mut bad = rewards.clone();
+    bad[3] = f64::INFINITY;
+    assert_err(
+        s.set_rewards(&bad),
+        Status::InvalidArgument,
+        &["completion 3", "not finite"],
+    );
+    assert_err(
+        s.set_rewards(&rewards[1..]),
+        Status::Shape,
+        &["11 rewards for 12 completions"],
+    );
     s.set_rewards(&rewards)?;
     s.train()?;
     assert_eq!(s.num_completions()?, 0);
