@@ -104,6 +104,11 @@ fp4rl_status fp4rl_model_create(fp4rl_model **out, fp4rl_context *ctx, const cha
     m->ops = ctx->ops;
     memcpy(m->hp, hp_defaults, sizeof m->hp);
     st = fp4rl_hf_config_parse(&m->cfg, config_json, strlen(config_json));
+    if (st) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", fp4rl_last_error());
+        st = fp4rl_fail(st, "%s: config.json: %s", fn, msg);
+    }
     if (!st) st = fp4rl_policy_copy(&m->policy, policy);
     if (!st) {
         m->params = calloc((size_t)(3 + m->cfg.num_hidden_layers * FP4RL_LP_COUNT), sizeof *m->params);
@@ -280,7 +285,11 @@ fp4rl_status fp4rl_model_load(fp4rl_model *m, const char *path)
     if (!path) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: path is NULL", fn);
     fp4rl_st *f;
     st = fp4rl_st_open_path(&f, path);
-    if (st) return st;
+    if (st) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", fp4rl_last_error());
+        return fp4rl_fail(st, "%s: %s", fn, msg);
+    }
     const size_t bytes = (size_t)m->total * sizeof(float);
     float *host = malloc(bytes);
     if (!host) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
@@ -324,6 +333,11 @@ fp4rl_status fp4rl_model_save(const fp4rl_model *m, const char *path, fp4rl_dtyp
         }
         const fp4rl_st_kv meta[1] = {{"format", "pt"}};
         st = fp4rl_st_write_path(path, e, (size_t)m->n_params, meta, 1);
+        if (st) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", fp4rl_last_error());
+            st = fp4rl_fail(st, "%s: %s", fn, msg);
+        }
     }
     free(host);
     free(e);

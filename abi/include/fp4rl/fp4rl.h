@@ -390,7 +390,10 @@ typedef struct fp4rl_rl_session fp4rl_rl_session;
 
 /* The reward of one completion. Return 0 and set *reward (finite) on success; a non-zero return
  * or a NaN reward stops the step with FP4RL_ERR_CALLBACK and leaves the model and the optimizer
- * exactly as before the step. `prompt_index` is the prompt's index in the step's batch. */
+ * exactly as before the step. `prompt_index` is the prompt's index in the step's batch. The
+ * callback runs on the calling thread between the rollout and the update, when no library call is
+ * in progress: it may use fp4rl itself (another model, another session, even this context), but
+ * must not step, train or destroy the session (or its model) that is calling it. */
 typedef int (*fp4rl_reward_fn)(void *user, size_t prompt_index, const int32_t *prompt, size_t prompt_len,
                                const int32_t *completion, size_t completion_len, double *reward);
 
