@@ -1,0 +1,162 @@
+"""Model: the Qwen2-architecture policy model (FP32 master weights, FP4 numerics per its policy)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from . import _names, capi
+from ._base import _Owned, as_array
+from ._context import Context
+from ._policy import QuantPolicy
+
+
+def _config_text(config) -> str:
+    """config.json text from a dict, JSON text, a config.json path or a directory holding one."""
+    if isinstance(config, dict):
+        return json.dumps(config)
+    if isinstance(config, bytes):
+        return config.decode()
+    if isinstance(config, str) and config.lstrip().startswith("{"):
+        return config
+    path = os.fspath(config)
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _batch(tokens, lengths, loss_mask=None):
+    """(tokens [B,T] int32, lengths [B] int32 or None, mask [B,T] float32 or None, was_1d)."""
+    t = as_array(tokens, np.int32, "tokens")
+    one = t.ndim == 1
+    if one:
+        t = t.reshape(1, -1)
+    if t.ndim != 2:
+        raise capi.ShapeError(f"tokens must be [batch, seq_len] (or one sequence), not {t.ndim}-dim")
+    ln = None if lengths is None else as_array(np.atleast_1d(lengths), np.int32, "lengths")
+    mask = None if loss_mask is None else as_array(loss_mask, np.float32, "loss_mask")
+    return t, ln, mask, one
+
+
+class Model(_Owned):
+    """A Qwen2ForCausalLM-shaped model in a context.
+
+        Model(ctx, config)                  # random init (HF's), config: dict / JSON / path
+        Model.from_pretrained(ctx, "dir")   # config.json + model.safetensors (HF names)
+
+    Batches are token ids [batch, seq_len] (right-padded; ``lengths`` per sequence, None = all);
+    position t predicts token t + 1. ``.ctx`` is kept alive by the model."""
+
+    _destroy = staticmethod(capi.fp4rl_model_destroy)
+    HPARAMS = tuple(_names.MODEL_PARAMS)
+    INFO = tuple(_names.MODEL_INFO)
+
+    def __init__(self, ctx: Context, config, policy: QuantPolicy | None = None, seed: int = 0, **hparams):
+        self._adopt(capi.fp4rl_model_create(ctx._h, _config_text(config), policy._h if policy is not None else None, seed))
+        self.ctx = ctx
+        self.set_hparams(**hparams)
+
+    @classmethod
+    def from_pretrained(cls, ctx: Context, path, policy: QuantPolicy | None = None, **hparams) -> "Model":
+        """A model from a directory with config.json and model.safetensors."""
+        path = os.fspath(path)
+        m = cls(ctx, os.path.join(path, "config.json"), policy, 0, **hparams)
+        m.load(os.path.join(path, "model.safetensors"))
+        return m
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<fp4rl.Model closed>"
+        i = self.info
+        return (f"<fp4rl.Model qwen2 {i['num_layers']} layers, hidden {i['hidden_size']}, vocab {i['vocab_size']}, "
+                f"{i['num_parameters']} parameters, step {i['step']}>")
+
+    # ---- weights ----
+    def load(self, path) -> None:
+        """Loads every weight from a safetensors file with HF names (F32/BF16/F16); resets the optimizer."""
+        capi.fp4rl_model_load(self._h, os.fspath(path))
+
+    def save(self, path, dtype: str = "f32") -> None:
+        """Saves the weights with HF names as f32 or bf16, atomically."""
+        capi.fp4rl_model_save(self._h, os.fspath(path), _names.dtype_code(dtype))
+
+    def set_policy(self, policy: QuantPolicy) -> None:
+        capi.fp4rl_model_set_policy(self._h, policy._h)
+
+    def param_shape(self, name: str) -> tuple[int, ...]:
+        return capi.fp4rl_model_param_shape(self._h, name)
+
+    def get_param(self, name: str) -> np.ndarray:
+        out = np.empty(self.param_shape(name), dtype=np.float32)
+        capi.fp4rl_model_get_param(self._h, name, out)
+        return out
+
+    def get_grad(self, name: str) -> np.ndarray:
+        """The parameter's gradient from the last backward."""
+        out = np.empty(self.param_shape(name), dtype=np.float32)
+        capi.fp4rl_model_get_grad(self._h, name, out)
+        return out
+
+    def set_param(self, name: str, value) -> None:
+        capi.fp4rl_model_set_param(self._h, name, as_array(value, np.float32, name))
+
+    # ---- hyper-parameters and sizes ----
+    def set_hparams(self, **hparams) -> "Model":
+        """AdamW and training knobs: lr, weight_decay, beta1, beta2, adam_eps, grad_clip."""
+        for name, value in hparams.items():
+            capi.fp4rl_model_set_hparam(self._h, _names.lookup(_names.MODEL_PARAMS, name, "model hyper-parameter"), float(value))
+        return self
+
+    def get_hparam(self, name: str) -> float:
+        return capi.fp4rl_model_get_hparam(self._h, _names.lookup(_names.MODEL_PARAMS, name, "model hyper-parameter"))
+
+    @property
+    def hparams(self) -> dict[str, float]:
+        return {n: self.get_hparam(n) for n in self.HPARAMS}
+
+    @property
+    def info(self) -> dict[str, int]:
+        """vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim,
+        max_positions, tied_embeddings, num_parameters, step."""
+        return {n: capi.fp4rl_model_get_info(self._h, v) for n, v in _names.MODEL_INFO.items()}
+
+    @property
+    def vocab_size(self) -> int:
+        return capi.fp4rl_model_get_info(self._h, _names.MODEL_INFO["vocab_size"])
+
+    @property
+    def num_parameters(self) -> int:
+        return capi.fp4rl_model_get_info(self._h, _names.MODEL_INFO["num_parameters"])
+
+    @property
+    def step(self) -> int:
+        return capi.fp4rl_model_get_info(self._h, _names.MODEL_INFO["step"])
+
+    # ---- forward / backward ----
+    def logits(self, tokens, lengths=None) -> np.ndarray:
+        """Logits [batch, seq_len, vocab] (float32; 0 past a sequence's length); [seq_len, vocab]
+        for a 1-dim ``tokens``."""
+        t, ln, _, one = _batch(tokens, lengths)
+        out = np.empty((t.shape[0], t.shape[1], self.vocab_size), dtype=np.float32)
+        capi.fp4rl_model_logits(self._h, t, ln, t.shape[0], t.shape[1], out)
+        return out[0] if one else out
+
+    def token_logprobs(self, tokens, lengths=None) -> np.ndarray:
+        """log p(tokens[b, t] | tokens[b, <t]) [batch, seq_len]; 0 at t = 0 and past the length."""
+        t, ln, _, one = _batch(tokens, lengths)
+        out = np.empty(t.shape, dtype=np.float32)
+        capi.fp4rl_model_token_logprobs(self._h, t, ln, t.shape[0], t.shape[1], out)
+        return out[0] if one else out
+
+    def compute_gradients(self, tokens, lengths=None, loss_mask=None) -> float:
+        """Forward and backward of the masked next-token loss; leaves the gradients (get_grad)."""
+        t, ln, mask, _ = _batch(tokens, lengths, loss_mask)
+        return capi.fp4rl_model_compute_gradients(self._h, t, ln, mask, t.shape[0], t.shape[1])
+
+    def train_step(self, tokens, lengths=None, loss_mask=None) -> tuple[float, float]:
+        """One supervised AdamW step; returns (loss, gradient norm before clipping)."""
+        t, ln, mask, _ = _batch(tokens, lengths, loss_mask)
+        return capi.fp4rl_model_train_step(self._h, t, ln, mask, t.shape[0], t.shape[1])
