@@ -23,5 +23,8 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 echo "== Python checks (ctypes + ml_dtypes) =="
 FP4RL_LIB="$PWD/build/release/libfp4rl.so" python3 -m pytest -q tests/python
 
+echo "== Python binding (SWIG module + fp4rl package, pytest) =="
+bash bindings/python/run_tests.sh
+
 echo "== Rust bindings (cargo test) =="
 FP4RL_BUILD_DIR="$PWD/build/release" bash bindings/rust/run_tests.sh
