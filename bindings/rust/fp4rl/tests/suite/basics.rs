@@ -126,7 +126,8 @@ fn context_errors() {
         }
         Err(e) => {
             assert!(matches!(e.status(), Status::Device | Status::Unsupported), "{e}");
-            assert!(e.message().starts_with("fp4rl_context_create"), "{e}");
+            // UNSUPPORTED (no CUDA build) starts with the function; DEVICE reads "no CUDA device: fp4rl_context_create: ..."
+            assert!(e.message().contains("fp4rl_context_create"), "{e}");
         }
     }
 }
