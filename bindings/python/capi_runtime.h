@@ -306,11 +306,16 @@ static void fp4rlpy_finish(fp4rlpy_handle *h);
 
 /* Destroys the C object now, or, when its context is in a GIL-released call (another thread may
  * be inside the library with it), queues it on the context until that call returns. */
+static void fp4rlpy_flush_deferred(fp4rlpy_handle *root);
+
 static void fp4rlpy_destroy_now_or_later(fp4rlpy_handle *h)
 {
     void *ptr = h->ptr;
     if (!ptr) return;
     h->ptr = NULL;
+    /* a context's queued objects go before it (in practice the queue is empty: it is flushed when
+     * the busy call ends, and a busy context is referenced by that call) */
+    if (h->kind == FP4RLPY_CONTEXT) fp4rlpy_flush_deferred(h);
     fp4rlpy_handle *root = fp4rlpy_root(h);
     if (root && root != h && root->busy) {
         if (root->n_deferred == root->cap_deferred) {
@@ -360,7 +365,6 @@ static void fp4rlpy_handle_dealloc(fp4rlpy_handle *h)
 {
     if (h->weakrefs) PyObject_ClearWeakRefs((PyObject *)h);
     fp4rlpy_finish(h);
-    fp4rlpy_flush_deferred(h); /* a context that dies is never busy, but may hold a queue */
     PyMem_Free(h->deferred);
     Py_TYPE(h)->tp_free((PyObject *)h);
 }
