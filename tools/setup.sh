@@ -2,7 +2,7 @@
 # Installs what fp4rl needs to build and test on a fresh Debian machine (idempotent).
 set -euo pipefail
 need=()
-for pkg in build-essential cmake pkg-config libopenblas-dev check libcjson-dev; do
+for pkg in build-essential cmake pkg-config libopenblas-dev check libcjson-dev swig; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
