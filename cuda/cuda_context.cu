@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "ops_cuda.h"
 
 /* Errors after which the CUDA context is corrupt: every later call would fail or return garbage,
  * so the fp4rl context is poisoned and refuses further work. */
@@ -191,5 +192,6 @@ extern "C" fp4rl_status fp4rl_cuda_context_init(fp4rl_context *ctx, int ordinal)
     }
     ctx->impl = cu;
     ctx->be = &cuda_backend;
+    ctx->ops = &fp4rl_cuda_ops;
     return FP4RL_OK;
 }

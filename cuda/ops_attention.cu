@@ -1,0 +1,226 @@
+/*
+ * ops_attention.cu - causal grouped-query attention (training forward and backward) and the
+ * rollout's one-query decode attention on the GPU, FlashAttention's interface without its tiling:
+ * one thread block per query row (forward, dq) or per key row (dk, dv).
+ *
+ * Every sum runs in the CPU's order (core/cpu/ops_attention.c): a score is one thread's serial
+ * float dot product (bitwise the CPU's), out and the gradients accumulate over keys (or over
+ * queries, then heads, for dk/dv) serially in the CPU's order, so no atomics are needed and the
+ * results are deterministic. Only the softmax's double sum (a fixed tree instead of the CPU's
+ * online serial sum) and expf may differ from the CPU, by rounding.
+ */
+#include <math.h>
+
+#include "ops_cuda.h"
+
+using namespace fp4rl_cuda_ops_detail;
+
+namespace {
+
+constexpr int AT = 128; /* threads per row block; also the chunk of keys staged in shared memory */
+
+__device__ __forceinline__ float dot(const float *a, const float *b, int64_t D)
+{
+    float s = 0.0f;
+    for (int64_t d = 0; d < D; d++) s += a[d] * b[d];
+    return s;
+}
+
+__device__ __forceinline__ int64_t seq_len(const int32_t *lengths, int64_t b, int64_t T)
+{
+    if (!lengths) return T;
+    const int64_t n = lengths[b];
+    return n < 0 ? 0 : (n > T ? T : n);
+}
+
+/* One query row against n_keys keys k + s * stride (v likewise), by the whole block: o = sum_s p_s
+ * v_s, p = softmax(scale * q.k). sq, sacc: D floats of shared memory each. Returns the row lse. */
+__device__ float attend_row(float *o, const float *q, const float *k, const float *v, int64_t stride, int64_t n_keys, int64_t D,
+                            float scale, float *sq, float *sacc)
+{
+    __shared__ float sp[AT];
+    __shared__ float shf[AT];
+    __shared__ double shd[AT];
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        sq[d] = q[d];
+        sacc[d] = 0.0f;
+    }
+    __syncthreads();
+    float m = -INFINITY;
+    for (int64_t s = threadIdx.x; s < n_keys; s += blockDim.x) m = fmaxf(m, scale * dot(sq, k + s * stride, D));
+    m = block_max(m, shf);
+    double sum = 0.0;
+    for (int64_t s = threadIdx.x; s < n_keys; s += blockDim.x) sum += exp((double)(scale * dot(sq, k + s * stride, D)) - (double)m);
+    sum = block_sum(sum, shd);
+    const float row_lse = (float)((double)m + log(sum));
+    for (int64_t c0 = 0; c0 < n_keys; c0 += AT) {
+        const int64_t nc = n_keys - c0 < AT ? n_keys - c0 : AT;
+        if (threadIdx.x < nc) sp[threadIdx.x] = expf_cr(scale * dot(sq, k + (c0 + threadIdx.x) * stride, D) - row_lse);
+        __syncthreads();
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+            float a = sacc[d];
+            for (int64_t j = 0; j < nc; j++) a += sp[j] * v[(c0 + j) * stride + d];
+            sacc[d] = a;
+        }
+        __syncthreads();
+    }
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) o[d] = sacc[d];
+    return row_lse;
+}
+
+/* block = ((b * T + t) * Hq + h) */
+__global__ void __launch_bounds__(AT) attn_fwd_k(float *out, float *lse, const float *q, const float *k, const float *v,
+                                                 const int32_t *lengths, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, float scale)
+{
+    extern __shared__ float dyn[];
+    const int64_t row = blockIdx.x, h = row % Hq, bt = row / Hq, t = bt % T, b = bt / T;
+    const int64_t len = seq_len(lengths, b, T);
+    float *o = out + row * D;
+    float *l_out = lse + (b * Hq + h) * T + t;
+    if (t >= len) {
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) o[d] = 0.0f;
+        if (threadIdx.x == 0) *l_out = 0.0f;
+        return;
+    }
+    const int64_t kv0 = (b * T * Hkv + h / (Hq / Hkv)) * D;
+    const float l = attend_row(o, q + row * D, k + kv0, v + kv0, Hkv * D, t + 1, D, scale, dyn, dyn + D);
+    if (threadIdx.x == 0) *l_out = l;
+}
+
+/* block = (b * Hq + h) */
+__global__ void __launch_bounds__(AT) attn_decode_k(float *out, const float *q, const float *kc, const float *vc, int64_t Tmax,
+                                                    int64_t len, int64_t Hq, int64_t Hkv, int64_t D, float scale)
+{
+    extern __shared__ float dyn[];
+    const int64_t row = blockIdx.x, h = row % Hq, b = row / Hq;
+    const int64_t kv0 = (b * Tmax * Hkv + h / (Hq / Hkv)) * D;
+    attend_row(out + row * D, q + row * D, kc + kv0, vc + kv0, Hkv * D, len, D, scale, dyn, dyn + D);
+}
+
+/* dq of one query row (block = ((b * T + t) * Hq + h)): dq += sum_{s <= t} ds_s k_s, serial in s. */
+__global__ void __launch_bounds__(AT) attn_bwd_dq_k(float *dq, const float *dout, const float *q, const float *k, const float *v,
+                                                    const float *out, const float *lse, const int32_t *lengths, int64_t T,
+                                                    int64_t Hq, int64_t Hkv, int64_t D, float scale)
+{
+    extern __shared__ float dyn[];
+    __shared__ float sds[AT];
+    __shared__ float sdelta;
+    float *sq = dyn, *sdo = dyn + D, *sacc = dyn + 2 * D;
+    const int64_t row = blockIdx.x, h = row % Hq, bt = row / Hq, t = bt % T, b = bt / T;
+    if (t >= seq_len(lengths, b, T)) return;
+    const int64_t kh = h / (Hq / Hkv);
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        sq[d] = q[row * D + d];
+        sdo[d] = dout[row * D + d];
+        sacc[d] = dq[row * D + d];
+    }
+    if (threadIdx.x == 0) sdelta = dot(dout + row * D, out + row * D, D);
+    __syncthreads();
+    const float row_lse = lse[(b * Hq + h) * T + t], delta = sdelta;
+    for (int64_t c0 = 0; c0 <= t; c0 += AT) {
+        const int64_t nc = t + 1 - c0 < AT ? t + 1 - c0 : AT;
+        if (threadIdx.x < nc) {
+            const int64_t kv = ((b * T + c0 + threadIdx.x) * Hkv + kh) * D;
+            const float p = expf_cr(scale * dot(sq, k + kv, D) - row_lse);
+            sds[threadIdx.x] = p * (dot(sdo, v + kv, D) - delta) * scale;
+        }
+        __syncthreads();
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+            float a = sacc[d];
+            for (int64_t j = 0; j < nc; j++) a += sds[j] * k[((b * T + c0 + j) * Hkv + kh) * D + d];
+            sacc[d] = a;
+        }
+        __syncthreads();
+    }
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) dq[row * D + d] = sacc[d];
+}
+
+/* dk, dv of one key row (block = ((b * T + s) * Hkv + kh)): the CPU adds the contributions of the
+ * queries t = s .. len-1, and for each the heads of the group in order; so do we, serially. */
+__global__ void __launch_bounds__(AT) attn_bwd_dkv_k(float *dk, float *dv, const float *dout, const float *q, const float *k,
+                                                     const float *v, const float *out, const float *lse, const int32_t *lengths,
+                                                     int64_t T, int64_t Hq, int64_t Hkv, int64_t D, float scale)
+{
+    extern __shared__ float dyn[];
+    __shared__ float sp[AT], sds[AT];
+    float *sk = dyn, *sv = dyn + D, *adk = dyn + 2 * D, *adv = dyn + 3 * D;
+    const int64_t krow = blockIdx.x, kh = krow % Hkv, bs = krow / Hkv, s = bs % T, b = bs / T;
+    const int64_t len = seq_len(lengths, b, T);
+    if (s >= len) return;
+    const int64_t group = Hq / Hkv;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        sk[d] = k[krow * D + d];
+        sv[d] = v[krow * D + d];
+        adk[d] = dk[krow * D + d];
+        adv[d] = dv[krow * D + d];
+    }
+    __syncthreads();
+    const int64_t npairs = (len - s) * group;
+    for (int64_t c0 = 0; c0 < npairs; c0 += AT) {
+        const int64_t nc = npairs - c0 < AT ? npairs - c0 : AT;
+        if (threadIdx.x < nc) {
+            const int64_t j = c0 + threadIdx.x, t = s + j / group, h = kh * group + j % group;
+            const int64_t row = ((b * T + t) * Hq + h) * D;
+            const float delta = dot(dout + row, out + row, D);
+            const float p = expf_cr(scale * dot(q + row, sk, D) - lse[(b * Hq + h) * T + t]);
+            sp[threadIdx.x] = p;
+            sds[threadIdx.x] = p * (dot(dout + row, sv, D) - delta) * scale;
+        }
+        __syncthreads();
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+            float ak = adk[d], av = adv[d];
+            for (int64_t jj = 0; jj < nc; jj++) {
+                const int64_t j = c0 + jj, t = s + j / group, h = kh * group + j % group;
+                const int64_t row = ((b * T + t) * Hq + h) * D;
+                ak += sds[jj] * q[row + d];
+                av += sp[jj] * dout[row + d];
+            }
+            adk[d] = ak;
+            adv[d] = av;
+        }
+        __syncthreads();
+    }
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        dk[krow * D + d] = adk[d];
+        dv[krow * D + d] = adv[d];
+    }
+}
+
+} // namespace
+
+fp4rl_status fp4rl_cuda_attention_forward(fp4rl_context *ctx, float *out, float *lse, const float *q, const float *k, const float *v,
+                                          const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    const float scale = 1.0f / sqrtf((float)D);
+    attn_fwd_k<<<(unsigned)(B * T * Hq), AT, 2 * D * sizeof(float), s>>>(out, lse, q, k, v, lengths, T, Hq, Hkv, D, scale);
+    return fp4rl_cuda_check_launch(ctx, "attention_forward");
+}
+
+fp4rl_status fp4rl_cuda_attention_backward(fp4rl_context *ctx, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                           const float *k, const float *v, const float *out, const float *lse,
+                                           const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    const float scale = 1.0f / sqrtf((float)D);
+    attn_bwd_dq_k<<<(unsigned)(B * T * Hq), AT, 3 * D * sizeof(float), s>>>(dq, dout, q, k, v, out, lse, lengths, T, Hq, Hkv, D, scale);
+    if ((st = fp4rl_cuda_check_launch(ctx, "attention_backward (dq)"))) return st;
+    attn_bwd_dkv_k<<<(unsigned)(B * T * Hkv), AT, 4 * D * sizeof(float), s>>>(dk, dv, dout, q, k, v, out, lse, lengths, T, Hq, Hkv, D,
+                                                                               scale);
+    return fp4rl_cuda_check_launch(ctx, "attention_backward (dk, dv)");
+}
+
+fp4rl_status fp4rl_cuda_attention_decode(fp4rl_context *ctx, float *out, const float *q, const float *kc, const float *vc, int64_t B,
+                                         int64_t Tmax, int64_t len, int64_t Hq, int64_t Hkv, int64_t D)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    const float scale = 1.0f / sqrtf((float)D);
+    attn_decode_k<<<(unsigned)(B * Hq), AT, 2 * D * sizeof(float), s>>>(out, q, kc, vc, Tmax, len, Hq, Hkv, D, scale);
+    return fp4rl_cuda_check_launch(ctx, "attention_decode");
+}

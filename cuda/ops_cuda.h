@@ -1,0 +1,120 @@
+/*
+ * ops_cuda.h - the CUDA backend's op table (core/ops.h) and what its files (cuda/ops_*.cu) share.
+ * Every op runs on the context's stream with plain, deterministic kernels (one block per row for
+ * reductions, fixed-order sums in the CPU's precision), and checks its launches.
+ */
+#ifndef FP4RL_OPS_CUDA_H
+#define FP4RL_OPS_CUDA_H
+
+#include "cuda_internal.h"
+#include "ops.h"
+
+extern "C" const fp4rl_ops fp4rl_cuda_ops;
+
+namespace fp4rl_cuda_ops_detail {
+
+constexpr int RED_THREADS = 256; /* threads of the row-reduction kernels (a power of two) */
+
+/* Grid of a grid-stride elementwise kernel: enough blocks for n, capped (the loops stride). */
+inline unsigned ew_grid(int64_t n, int threads = 256)
+{
+    int64_t b = (n + threads - 1) / threads;
+    if (b > 65535 * 16) b = 65535 * 16;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+/* Block-wide sum of one double per thread, a fixed tree (the same order every run). All threads
+ * of the block must call it; `sh` holds blockDim.x doubles. Returns the total to every thread. */
+__device__ inline double block_sum(double v, double *sh)
+{
+    const int t = threadIdx.x;
+    sh[t] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) sh[t] += sh[t + s];
+        __syncthreads();
+    }
+    const double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+/* Block-wide max of one float per thread (order-independent). `sh` holds blockDim.x floats. */
+__device__ inline float block_max(float v, float *sh)
+{
+    const int t = threadIdx.x;
+    sh[t] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) sh[t] = fmaxf(sh[t], sh[t + s]);
+        __syncthreads();
+    }
+    const float r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+/* exp, pow, cos, sin of binary32 arguments, correctly rounded to binary32 in all but rare
+ * double-rounding cases: through double, so they agree with the C library's (nearly correctly
+ * rounded) expf / powf / cosf / sinf that the CPU ops use, where CUDA's own are 1-2 ulp off. */
+__device__ __forceinline__ float expf_cr(float x) { return (float)exp((double)x); }
+__device__ __forceinline__ float powf_cr(float x, float y) { return (float)pow((double)x, (double)y); }
+__device__ __forceinline__ float cosf_cr(float x) { return (float)cos((double)x); }
+__device__ __forceinline__ float sinf_cr(float x) { return (float)sin((double)x); }
+
+} // namespace fp4rl_cuda_ops_detail
+
+/* The ops (cuda/ops_*.cu); each is documented at its slot in core/ops.h. */
+#define FP4RL_CUDA_OP(name, ...) fp4rl_status fp4rl_cuda_##name(fp4rl_context *ctx, __VA_ARGS__)
+FP4RL_CUDA_OP(embedding_forward, float *out, const int32_t *tokens, const float *wte, int64_t N, int64_t V, int64_t C);
+FP4RL_CUDA_OP(embedding_backward, float *dwte, const float *dout, const int32_t *tokens, int64_t N, int64_t V, int64_t C);
+FP4RL_CUDA_OP(rmsnorm_forward, float *out, float *rstd, const float *x, const float *weight, int64_t N, int64_t C, float eps);
+FP4RL_CUDA_OP(rmsnorm_backward, float *dx, float *dweight, const float *dout, const float *x, const float *weight,
+              const float *rstd, int64_t N, int64_t C);
+FP4RL_CUDA_OP(linear_forward, float *y, const float *x, const float *w, const float *b, int64_t N, int64_t IN, int64_t OUT);
+FP4RL_CUDA_OP(linear_backward, float *dx, float *dw, float *db, const float *dy_dx, const float *w_dx, const float *dy_dw,
+              const float *x_dw, const float *dy_db, int64_t N, int64_t IN, int64_t OUT);
+FP4RL_CUDA_OP(round_bf16, float *out, const float *x, int64_t n);
+FP4RL_CUDA_OP(rope_forward, float *out, const float *x, const int32_t *positions, int64_t N, int64_t H, int64_t D, float theta);
+FP4RL_CUDA_OP(rope_backward, float *dx, const float *dout, const int32_t *positions, int64_t N, int64_t H, int64_t D,
+              float theta);
+FP4RL_CUDA_OP(attention_forward, float *out, float *lse, const float *q, const float *k, const float *v,
+              const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
+FP4RL_CUDA_OP(attention_backward, float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+              const float *v, const float *out, const float *lse, const int32_t *lengths, int64_t B, int64_t T,
+              int64_t Hq, int64_t Hkv, int64_t D);
+FP4RL_CUDA_OP(swiglu_forward, float *out, const float *gate, const float *up, int64_t n);
+FP4RL_CUDA_OP(swiglu_backward, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n);
+FP4RL_CUDA_OP(residual_forward, float *out, const float *a, const float *b, int64_t n);
+FP4RL_CUDA_OP(residual_backward, float *da, float *db, const float *dout, int64_t n);
+FP4RL_CUDA_OP(logprobs_forward, float *logp, float *entropy, float *lse, const float *logits, const int32_t *targets,
+              int64_t N, int64_t V);
+FP4RL_CUDA_OP(logprobs_backward, float *dlogits, const float *dlogp, const float *dentropy, const float *logits,
+              const int32_t *targets, const float *lse, const float *entropy, int64_t N, int64_t V);
+FP4RL_CUDA_OP(cross_entropy_forward, float *loss, float *lse, const float *logits, const int32_t *targets,
+              const float *mask, int64_t N, int64_t V);
+FP4RL_CUDA_OP(cross_entropy_backward, float *dlogits, const float *dloss, const float *logits, const int32_t *targets,
+              const float *mask, const float *lse, int64_t N, int64_t V);
+FP4RL_CUDA_OP(adamw_update, float *params, const float *grads, float *m, float *v, int64_t n, double lr, double beta1,
+              double beta2, double eps, double weight_decay, int64_t t);
+FP4RL_CUDA_OP(grad_norm, float *norm, const float *g, int64_t n);
+FP4RL_CUDA_OP(grad_clip, float *g, int64_t n, const float *norm, float max_norm);
+FP4RL_CUDA_OP(kv_write, float *cache, const float *src, int64_t B, int64_t Tmax, int64_t W, int64_t t);
+FP4RL_CUDA_OP(attention_decode, float *out, const float *q, const float *kc, const float *vc, int64_t B, int64_t Tmax,
+              int64_t len, int64_t Hq, int64_t Hkv, int64_t D);
+FP4RL_CUDA_OP(resq_mask, float *r, int64_t N, int64_t K, int pattern);
+FP4RL_CUDA_OP(sample, int32_t *tokens, float *logp, const float *logits, int64_t B, int64_t V, float temperature,
+              int64_t top_k, uint64_t seed, uint64_t offset);
+FP4RL_CUDA_OP(underflow_count, float *counts, const float *x, const float *xq, int64_t n);
+FP4RL_CUDA_OP(scale, float *x, int64_t n, float alpha);
+#undef FP4RL_CUDA_OP
+
+/* Makes the device current and returns the context's stream in *s. */
+inline fp4rl_status fp4rl_cuda_op_begin(fp4rl_context *ctx, cudaStream_t *s)
+{
+    fp4rl_status st = fp4rl_cuda_enter(ctx);
+    *s = fp4rl_cuda_of(ctx)->stream;
+    return st;
+}
+
+#endif

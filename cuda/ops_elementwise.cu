@@ -1,0 +1,191 @@
+/*
+ * ops_elementwise.cu - the elementwise and gather/scatter ops on the GPU: residual, SwiGLU, scale,
+ * BF16 rounding, embedding, RoPE, KV-cache writes, underflow counts. Each element does the CPU's
+ * arithmetic in the CPU's order (no FMA contraction: -fmad=false); exp / pow / cos / sin go
+ * through double (ops_cuda.h), so they match the C library's but in rare double-rounding cases.
+ */
+#include "formats.h"
+#include "ops_cuda.h"
+
+using namespace fp4rl_cuda_ops_detail;
+
+#define GRID_STRIDE(i, n) for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+namespace {
+
+__global__ void residual_fwd_k(float *out, const float *a, const float *b, int64_t n)
+{
+    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+__global__ void residual_bwd_k(float *da, float *db, const float *dout, int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float d = dout[i];
+        da[i] += d;
+        db[i] += d;
+    }
+}
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf_cr(-x)); }
+
+__global__ void swiglu_fwd_k(float *out, const float *gate, const float *up, int64_t n)
+{
+    GRID_STRIDE(i, n) out[i] = gate[i] * sigmoid(gate[i]) * up[i];
+}
+__global__ void swiglu_bwd_k(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float g = gate[i], s = sigmoid(g);
+        const float silu = g * s;
+        const float dsilu = s * (1.0f + g * (1.0f - s));
+        dgate[i] += dout[i] * up[i] * dsilu;
+        dup[i] += dout[i] * silu;
+    }
+}
+
+__global__ void scale_k(float *x, int64_t n, float alpha)
+{
+    GRID_STRIDE(i, n) x[i] *= alpha;
+}
+__global__ void round_bf16_k(float *out, const float *x, int64_t n)
+{
+    GRID_STRIDE(i, n) out[i] = fp4rl_round_bf16(x[i]);
+}
+
+__global__ void embedding_fwd_k(float *out, const int32_t *tokens, const float *wte, int64_t N, int64_t V, int64_t C)
+{
+    GRID_STRIDE(i, N * C)
+    {
+        const int64_t n = i / C, c = i - n * C;
+        const int32_t t = tokens[n];
+        out[i] = (t < 0 || t >= V) ? 0.0f : wte[(int64_t)t * C + c];
+    }
+}
+/* One thread per column c, serial over the tokens: the CPU's order, so repeated tokens add their
+ * rows in the same order (deterministic, bitwise equal to the CPU) without atomics. */
+__global__ void embedding_bwd_k(float *dwte, const float *dout, const int32_t *tokens, int64_t N, int64_t V, int64_t C)
+{
+    GRID_STRIDE(c, C)
+    {
+        for (int64_t n = 0; n < N; n++) {
+            const int32_t t = tokens[n];
+            if (t < 0 || t >= V) continue;
+            dwte[(int64_t)t * C + c] += dout[n * C + c];
+        }
+    }
+}
+
+/* One thread per (n, h, i < D/2) pair; the pair is read before it is written (in place is fine). */
+__global__ void rope_k(float *out, const float *x, const int32_t *positions, int64_t N, int64_t H, int64_t D, float theta,
+                       float sign)
+{
+    const int64_t half = D / 2;
+    GRID_STRIDE(j, N * H * half)
+    {
+        const int64_t i = j % half, nh = j / half, n = nh / H;
+        const float inv_freq = 1.0f / powf_cr(theta, (float)(2 * i) / (float)D);
+        const float a = (float)positions[n] * inv_freq;
+        const float c = cosf_cr(a);
+        const float s = sinf_cr(a) * sign;
+        const float *xh = x + nh * D;
+        float *oh = out + nh * D;
+        const float x1 = xh[i], x2 = xh[i + half];
+        oh[i] = x1 * c - x2 * s;
+        oh[i + half] = x2 * c + x1 * s;
+    }
+}
+
+__global__ void kv_write_k(float *cache, const float *src, int64_t B, int64_t Tmax, int64_t W, int64_t t)
+{
+    GRID_STRIDE(i, B * W)
+    {
+        const int64_t b = i / W, w = i - b * W;
+        cache[(b * Tmax + t) * W + w] = src[i];
+    }
+}
+
+/* One block: integer counts (exact), added to the float counts once. */
+__global__ void underflow_k(float *counts, const float *x, const float *xq, int64_t n)
+{
+    __shared__ double sh[RED_THREADS];
+    long long nz = 0, under = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        if (x[i] != 0.0f) {
+            nz++;
+            under += xq[i] == 0.0f;
+        }
+    const double tnz = block_sum((double)nz, sh), tunder = block_sum((double)under, sh);
+    if (threadIdx.x == 0) {
+        counts[0] += (float)(long long)tnz;
+        counts[1] += (float)(long long)tunder;
+    }
+}
+
+} // namespace
+
+#define LAUNCH(what, kernel, n, ...)                                                                                           \
+    do {                                                                                                                       \
+        cudaStream_t s_;                                                                                                       \
+        fp4rl_status st_ = fp4rl_cuda_op_begin(ctx, &s_);                                                                      \
+        if (st_) return st_;                                                                                                   \
+        kernel<<<ew_grid(n), 256, 0, s_>>>(__VA_ARGS__);                                                                       \
+        return fp4rl_cuda_check_launch(ctx, what);                                                                             \
+    } while (0)
+
+fp4rl_status fp4rl_cuda_residual_forward(fp4rl_context *ctx, float *out, const float *a, const float *b, int64_t n)
+{
+    LAUNCH("residual_forward", residual_fwd_k, n, out, a, b, n);
+}
+fp4rl_status fp4rl_cuda_residual_backward(fp4rl_context *ctx, float *da, float *db, const float *dout, int64_t n)
+{
+    LAUNCH("residual_backward", residual_bwd_k, n, da, db, dout, n);
+}
+fp4rl_status fp4rl_cuda_swiglu_forward(fp4rl_context *ctx, float *out, const float *gate, const float *up, int64_t n)
+{
+    LAUNCH("swiglu_forward", swiglu_fwd_k, n, out, gate, up, n);
+}
+fp4rl_status fp4rl_cuda_swiglu_backward(fp4rl_context *ctx, float *dgate, float *dup, const float *dout, const float *gate,
+                                        const float *up, int64_t n)
+{
+    LAUNCH("swiglu_backward", swiglu_bwd_k, n, dgate, dup, dout, gate, up, n);
+}
+fp4rl_status fp4rl_cuda_scale(fp4rl_context *ctx, float *x, int64_t n, float alpha) { LAUNCH("scale", scale_k, n, x, n, alpha); }
+fp4rl_status fp4rl_cuda_round_bf16(fp4rl_context *ctx, float *out, const float *x, int64_t n)
+{
+    LAUNCH("round_bf16", round_bf16_k, n, out, x, n);
+}
+fp4rl_status fp4rl_cuda_embedding_forward(fp4rl_context *ctx, float *out, const int32_t *tokens, const float *wte, int64_t N,
+                                          int64_t V, int64_t C)
+{
+    LAUNCH("embedding_forward", embedding_fwd_k, N * C, out, tokens, wte, N, V, C);
+}
+fp4rl_status fp4rl_cuda_embedding_backward(fp4rl_context *ctx, float *dwte, const float *dout, const int32_t *tokens, int64_t N,
+                                           int64_t V, int64_t C)
+{
+    LAUNCH("embedding_backward", embedding_bwd_k, C, dwte, dout, tokens, N, V, C);
+}
+fp4rl_status fp4rl_cuda_rope_forward(fp4rl_context *ctx, float *out, const float *x, const int32_t *positions, int64_t N,
+                                     int64_t H, int64_t D, float theta)
+{
+    LAUNCH("rope_forward", rope_k, N * H * (D / 2), out, x, positions, N, H, D, theta, 1.0f);
+}
+fp4rl_status fp4rl_cuda_rope_backward(fp4rl_context *ctx, float *dx, const float *dout, const int32_t *positions, int64_t N,
+                                      int64_t H, int64_t D, float theta)
+{
+    LAUNCH("rope_backward", rope_k, N * H * (D / 2), dx, dout, positions, N, H, D, theta, -1.0f);
+}
+fp4rl_status fp4rl_cuda_kv_write(fp4rl_context *ctx, float *cache, const float *src, int64_t B, int64_t Tmax, int64_t W,
+                                 int64_t t)
+{
+    LAUNCH("kv_write", kv_write_k, B * W, cache, src, B, Tmax, W, t);
+}
+fp4rl_status fp4rl_cuda_underflow_count(fp4rl_context *ctx, float *counts, const float *x, const float *xq, int64_t n)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    underflow_k<<<1, RED_THREADS, 0, s>>>(counts, x, xq, n);
+    return fp4rl_cuda_check_launch(ctx, "underflow_count");
+}

@@ -1,0 +1,117 @@
+/*
+ * ops_linear.cu - the FP32 linear layer on cuBLASLt (CUBLAS_COMPUTE_32F: true FP32 products and
+ * sums, never TF32), on the context's handle, workspace and stream; the bias sums in a column
+ * kernel, serial over rows like the CPU. A plain kernel covers shapes cuBLASLt has no algorithm
+ * for. The GEMMs match the CPU's OpenBLAS up to FP32 summation order.
+ */
+#include "ops_cuda.h"
+
+using namespace fp4rl_cuda_ops_detail;
+
+namespace {
+
+/* Row-major C[M,N] = op(A)[M,K] op(B)[K,N] + beta C, A stored [M,K] (or [K,M] when ta) with row
+ * length lda, B stored [K,N] (or [N,K] when tb) with row length ldb. */
+__global__ void gemm_naive_k(float *c, const float *a, const float *b, int64_t M, int64_t N, int64_t K, int ta, int tb, int64_t lda,
+                             int64_t ldb, float beta)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < M * N; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t m = i / N, n = i - m * N;
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; k++) acc += (ta ? a[k * lda + m] : a[m * lda + k]) * (tb ? b[n * ldb + k] : b[k * ldb + n]);
+        c[i] = beta == 0.0f ? acc : acc + beta * c[i];
+    }
+}
+
+__global__ void bias_fill_k(float *y, const float *b, int64_t N, int64_t OUT)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * OUT; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = b[i % OUT];
+}
+
+__global__ void bias_grad_k(float *db, const float *dy, int64_t N, int64_t OUT)
+{
+    const int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= OUT) return;
+    float acc = db[o];
+    for (int64_t n = 0; n < N; n++) acc += dy[n * OUT + o];
+    db[o] = acc;
+}
+
+/* The same product on cuBLASLt. Row-major X is column-major X^T, so the row-major product is the
+ * column-major C^T[N,M] = op(B)^T op(A)^T: cuBLASLt's first operand is our B, its second our A. */
+fp4rl_status gemm_rm(fp4rl_context *ctx, float *c, const float *a, const float *b, int64_t M, int64_t N, int64_t K, int ta, int tb,
+                     int64_t lda, int64_t ldb, float beta, const char *what)
+{
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t l1 = NULL, l2 = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    const cublasOperation_t op1 = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op2 = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int ok = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2) == CUBLAS_STATUS_SUCCESS;
+    /* stored shapes, column-major: B^T is [N,K] (or [K,N] when tb), A^T is [K,M] (or [M,K] when ta) */
+    ok = ok && cublasLtMatrixLayoutCreate(&l1, CUDA_R_32F, tb ? (uint64_t)K : (uint64_t)N, tb ? (uint64_t)N : (uint64_t)K, ldb) ==
+                   CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&l2, CUDA_R_32F, ta ? (uint64_t)M : (uint64_t)K, ta ? (uint64_t)K : (uint64_t)M, lda) ==
+                   CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)N, (uint64_t)M, N) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulHeuristicResult_t res;
+    int count = 0;
+    if (ok) {
+        size_t ws = cu->lt_workspace_bytes;
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+        ok = cublasLtMatmulAlgoGetHeuristic(cu->lt, desc, l1, l2, lc, lc, pref, 1, &res, &count) == CUBLAS_STATUS_SUCCESS && count > 0 &&
+             res.state == CUBLAS_STATUS_SUCCESS;
+    }
+    int done = 0;
+    if (ok) {
+        const float alpha = 1.0f;
+        done = cublasLtMatmul(cu->lt, desc, &alpha, b, l1, a, l2, &beta, c, lc, c, lc, &res.algo, cu->lt_workspace, cu->lt_workspace_bytes,
+                              cu->stream) == CUBLAS_STATUS_SUCCESS;
+    }
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (l2) cublasLtMatrixLayoutDestroy(l2);
+    if (l1) cublasLtMatrixLayoutDestroy(l1);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (!done) gemm_naive_k<<<ew_grid(M * N), 256, 0, cu->stream>>>(c, a, b, M, N, K, ta, tb, lda, ldb, beta);
+    return fp4rl_cuda_check_launch(ctx, what);
+}
+
+} // namespace
+
+fp4rl_status fp4rl_cuda_linear_forward(fp4rl_context *ctx, float *y, const float *x, const float *w, const float *b, int64_t N,
+                                       int64_t IN, int64_t OUT)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    float beta = 0.0f;
+    if (b) { /* start y at the bias and let the GEMM add x w^T on top, as the CPU */
+        bias_fill_k<<<ew_grid(N * OUT), 256, 0, s>>>(y, b, N, OUT);
+        if ((st = fp4rl_cuda_check_launch(ctx, "linear_forward (bias)"))) return st;
+        beta = 1.0f;
+    }
+    /* y [N, OUT] = x [N, IN] . w^T, w stored [OUT, IN] */
+    return gemm_rm(ctx, y, x, w, N, OUT, IN, 0, 1, IN, IN, beta, "linear_forward");
+}
+
+fp4rl_status fp4rl_cuda_linear_backward(fp4rl_context *ctx, float *dx, float *dw, float *db, const float *dy_dx, const float *w_dx,
+                                        const float *dy_dw, const float *x_dw, const float *dy_db, int64_t N, int64_t IN, int64_t OUT)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    /* dx [N, IN] += dy [N, OUT] . w [OUT, IN] */
+    if (dx && (st = gemm_rm(ctx, dx, dy_dx, w_dx, N, IN, OUT, 0, 0, OUT, IN, 1.0f, "linear_backward (dx)"))) return st;
+    /* dw [OUT, IN] += dy^T . x, dy stored [N, OUT] */
+    if (dw && (st = gemm_rm(ctx, dw, dy_dw, x_dw, OUT, IN, N, 1, 0, OUT, IN, 1.0f, "linear_backward (dw)"))) return st;
+    if (db) {
+        bias_grad_k<<<fp4rl_cuda_blocks(OUT, 128), 128, 0, s>>>(db, dy_db, N, OUT);
+        st = fp4rl_cuda_check_launch(ctx, "linear_backward (db)");
+    }
+    return st;
+}

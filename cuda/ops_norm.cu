@@ -1,0 +1,80 @@
+/*
+ * ops_norm.cu - RMSNorm on the GPU: one block per row, the sum of squares in double (a fixed
+ * tree, so run-to-run deterministic; it can differ from the CPU's serial double sum only in the
+ * last bits of a double), the elementwise parts in the CPU's float order. dweight is a separate
+ * column kernel, serial over the rows like the CPU (bitwise the CPU's sums).
+ */
+#include "ops_cuda.h"
+
+using namespace fp4rl_cuda_ops_detail;
+
+namespace {
+
+__global__ void __launch_bounds__(RED_THREADS) rmsnorm_fwd_k(float *out, float *rstd, const float *x, const float *weight, int64_t C,
+                                                             float eps)
+{
+    __shared__ double sh[RED_THREADS];
+    const int64_t n = blockIdx.x;
+    const float *xr = x + n * C;
+    float *o = out + n * C;
+    double ss = 0.0;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss += (double)xr[c] * xr[c];
+    ss = block_sum(ss, sh);
+    const float r = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) o[c] = (xr[c] * r) * weight[c];
+    if (threadIdx.x == 0) rstd[n] = r;
+}
+
+__global__ void __launch_bounds__(RED_THREADS) rmsnorm_bwd_dx_k(float *dx, const float *dout, const float *x, const float *weight,
+                                                                const float *rstd, int64_t C)
+{
+    __shared__ double sh[RED_THREADS];
+    const int64_t n = blockIdx.x;
+    const float *xr = x + n * C, *d = dout + n * C;
+    float *dxr = dx + n * C;
+    const float r = rstd[n];
+    double gx = 0.0;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) gx += (double)(d[c] * weight[c]) * (xr[c] * r);
+    gx = block_sum(gx, sh);
+    const float mean_gx = (float)(gx / (double)C);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        const float xhat = xr[c] * r;
+        dxr[c] += r * (d[c] * weight[c] - xhat * mean_gx);
+    }
+}
+
+__global__ void rmsnorm_bwd_dw_k(float *dweight, const float *dout, const float *x, const float *rstd, int64_t N, int64_t C)
+{
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc = dweight[c];
+    for (int64_t n = 0; n < N; n++) acc += dout[n * C + c] * (x[n * C + c] * rstd[n]);
+    dweight[c] = acc;
+}
+
+} // namespace
+
+fp4rl_status fp4rl_cuda_rmsnorm_forward(fp4rl_context *ctx, float *out, float *rstd, const float *x, const float *weight,
+                                        int64_t N, int64_t C, float eps)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    rmsnorm_fwd_k<<<(unsigned)N, RED_THREADS, 0, s>>>(out, rstd, x, weight, C, eps);
+    return fp4rl_cuda_check_launch(ctx, "rmsnorm_forward");
+}
+
+fp4rl_status fp4rl_cuda_rmsnorm_backward(fp4rl_context *ctx, float *dx, float *dweight, const float *dout, const float *x,
+                                         const float *weight, const float *rstd, int64_t N, int64_t C)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    rmsnorm_bwd_dx_k<<<(unsigned)N, RED_THREADS, 0, s>>>(dx, dout, x, weight, rstd, C);
+    if ((st = fp4rl_cuda_check_launch(ctx, "rmsnorm_backward (dx)"))) return st;
+    if (dweight) {
+        rmsnorm_bwd_dw_k<<<fp4rl_cuda_blocks(C, 128), 128, 0, s>>>(dweight, dout, x, rstd, N, C);
+        st = fp4rl_cuda_check_launch(ctx, "rmsnorm_backward (dweight)");
+    }
+    return st;
+}

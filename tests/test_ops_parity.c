@@ -1,0 +1,512 @@
+/*
+ * test_ops_parity.c - the CUDA op table (cuda/ops_*.cu) against the CPU reference (core/cpu/ops_*.c):
+ * every op on the same random inputs, then the Qwen2 gqa fixture end to end (FP32 numerics:
+ * logits and gradients), and one RL step on CUDA in HiF4 W4A4 + ResQ 2:4 numerics.
+ *
+ * Errors are normwise: max |gpu - cpu| / max |cpu| over a buffer. Tolerances: elementwise ops
+ * (residual, SwiGLU, RoPE, embedding, AdamW, masks, ...) 1e-6; GEMMs, attention and row
+ * reductions 1e-5; the model's logits 1e-5 and gradients 1e-4 (||.||_2 relative). Integer
+ * results (sampled tokens, ResQ masks, counts) must be equal.
+ * Label `gpu`: exits 77 (skipped) when no CUDA context can be created.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "ops.h"
+
+#ifndef FIXTURES
+#error "FIXTURES must name tests/fixtures/qwen2"
+#endif
+
+static fp4rl_context *gpu, *cpu;
+static const fp4rl_ops *G, *C;
+
+/* ---- helpers ---- */
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+static float *rnd(int64_t n, float s)
+{
+    float *p = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) p[i] = s * frand();
+    return p;
+}
+static void *dup_mem(const void *p, size_t bytes)
+{
+    void *q = malloc(bytes);
+    memcpy(q, p, bytes);
+    return q;
+}
+static void *up(const void *h, size_t bytes)
+{
+    void *d = NULL;
+    ck_assert_int_eq(gpu->be->alloc(gpu, &d, bytes), FP4RL_OK);
+    ck_assert_int_eq(gpu->be->upload(gpu, d, h, bytes), FP4RL_OK);
+    return d;
+}
+static float *upf(const float *h, int64_t n) { return up(h, (size_t)n * sizeof(float)); }
+static int32_t *upi(const int32_t *h, int64_t n) { return up(h, (size_t)n * sizeof(int32_t)); }
+static void *down(const void *d, size_t bytes)
+{
+    void *h = malloc(bytes);
+    ck_assert_msg(gpu->be->download(gpu, h, d, bytes) == FP4RL_OK, "%s", fp4rl_last_error());
+    return h;
+}
+static void dfree(void *d) { gpu->be->free(gpu, d); }
+
+/* compares device buffer d against host reference ref */
+static double cmp(const char *what, const void *d, const float *ref, int64_t n, double tol)
+{
+    float *g = down(d, (size_t)n * sizeof(float));
+    double num = 0, den = 0;
+    int64_t worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)g[i] - ref[i]);
+        if (!(e <= num)) num = e, worst = i; /* NaN sticks */
+        if (fabs(ref[i]) > den) den = fabs(ref[i]);
+    }
+    double err = num / (den > 0 ? den : 1);
+    printf("  %-34s rel err %.3g (tol %.0e)\n", what, err, tol);
+    ck_assert_msg(err <= tol, "%s: rel err %.3g > %.3g (at %lld: gpu %.9g cpu %.9g)", what, err, tol, (long long)worst, g[worst],
+                  ref[worst]);
+    free(g);
+    return err;
+}
+#define OKG(call) ck_assert_msg((call) == FP4RL_OK, "%s", fp4rl_last_error())
+
+static void setup(void)
+{
+    ck_assert_int_eq(fp4rl_context_create(&gpu, FP4RL_DEVICE_CUDA, 0), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_context_create(&cpu, FP4RL_DEVICE_CPU, 0), FP4RL_OK);
+    G = gpu->ops;
+    C = cpu->ops;
+    ck_assert_ptr_nonnull(G);
+    ck_assert_str_eq(G->name, "cuda");
+}
+static void teardown(void)
+{
+    fp4rl_context_destroy(gpu);
+    fp4rl_context_destroy(cpu);
+}
+
+/* ---- ops ---- */
+START_TEST(test_elementwise)
+{
+    const int64_t n = 4099;
+    float *a = rnd(n, 4), *b = rnd(n, 2), *o = rnd(n, 1), *o2 = dup_mem(o, n * 4);
+    float *da = upf(a, n), *db = upf(b, n), *dout = upf(o, n), *dout2 = upf(o2, n), *tmp;
+    /* residual */
+    float *h = malloc(n * 4);
+    C->residual_forward(cpu, h, a, b, n);
+    tmp = upf(h, n);
+    OKG(G->residual_forward(gpu, tmp, da, db, n));
+    cmp("residual_forward", tmp, h, n, 0);
+    float *ga = dup_mem(a, n * 4), *gb = dup_mem(b, n * 4);
+    float *dga = upf(ga, n), *dgb = upf(gb, n);
+    C->residual_backward(cpu, ga, gb, o, n);
+    OKG(G->residual_backward(gpu, dga, dgb, dout, n));
+    cmp("residual_backward da", dga, ga, n, 0);
+    cmp("residual_backward db", dgb, gb, n, 0);
+    /* swiglu */
+    C->swiglu_forward(cpu, h, a, b, n);
+    OKG(G->swiglu_forward(gpu, tmp, da, db, n));
+    cmp("swiglu_forward", tmp, h, n, 1e-6);
+    C->swiglu_backward(cpu, ga, gb, o, a, b, n);
+    OKG(G->swiglu_backward(gpu, dga, dgb, dout, da, db, n));
+    cmp("swiglu_backward dgate", dga, ga, n, 1e-6);
+    cmp("swiglu_backward dup", dgb, gb, n, 1e-6);
+    /* scale, round_bf16 (in place) */
+    C->scale(cpu, o2, n, 0.37f);
+    OKG(G->scale(gpu, dout2, n, 0.37f));
+    cmp("scale", dout2, o2, n, 0);
+    C->round_bf16(cpu, o2, o2, n);
+    OKG(G->round_bf16(gpu, dout2, dout2, n));
+    cmp("round_bf16 (in place)", dout2, o2, n, 0);
+    /* underflow_count */
+    float *x = rnd(n, 1), *xq = dup_mem(x, n * 4);
+    for (int64_t i = 0; i < n; i += 3) x[i] = 0;
+    for (int64_t i = 0; i < n; i += 5) xq[i] = 0;
+    float counts[2] = {3, 1};
+    float *dc = upf(counts, 2), *dx = upf(x, n), *dxq = upf(xq, n);
+    C->underflow_count(cpu, counts, x, xq, n);
+    OKG(G->underflow_count(gpu, dc, dx, dxq, n));
+    cmp("underflow_count", dc, counts, 2, 0);
+    /* AdamW, grad norm and clip */
+    float *p = rnd(n, 1), *gr = rnd(n, 0.1f), *m = rnd(n, 0.01f), *v = rnd(n, 0.001f);
+    for (int64_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    float *dp = upf(p, n), *dg = upf(gr, n), *dm = upf(m, n), *dv = upf(v, n);
+    C->adamw_update(cpu, p, gr, m, v, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 3);
+    OKG(G->adamw_update(gpu, dp, dg, dm, dv, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 3));
+    cmp("adamw_update params", dp, p, n, 1e-6);
+    cmp("adamw_update m", dm, m, n, 1e-6);
+    cmp("adamw_update v", dv, v, n, 1e-6);
+    const int64_t big = 300001;
+    float *g2 = rnd(big, 1), norm = 0, *dg2 = upf(g2, big), *dnorm = upf(&norm, 1);
+    C->grad_norm(cpu, &norm, g2, big);
+    OKG(G->grad_norm(gpu, dnorm, dg2, big));
+    cmp("grad_norm", dnorm, &norm, 1, 1e-6);
+    C->grad_clip(cpu, g2, big, &norm, 1.5f);
+    OKG(G->grad_clip(gpu, dg2, big, dnorm, 1.5f));
+    cmp("grad_clip", dg2, g2, big, 1e-6);
+    free(a), free(b), free(o), free(o2), free(h), free(ga), free(gb), free(x), free(xq), free(p), free(gr), free(m), free(v), free(g2);
+    dfree(da), dfree(db), dfree(dout), dfree(dout2), dfree(tmp), dfree(dga), dfree(dgb), dfree(dc), dfree(dx), dfree(dxq);
+    dfree(dp), dfree(dg), dfree(dm), dfree(dv), dfree(dg2), dfree(dnorm);
+}
+END_TEST
+
+START_TEST(test_embedding_norm_rope)
+{
+    const int64_t N = 37, V = 50, Cd = 300;
+    int32_t tok[37];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 7) % 23);
+    tok[3] = -100, tok[9] = (int32_t)V, tok[10] = tok[11] = 5;
+    float *wte = rnd(V * Cd, 1), *out = malloc(N * Cd * 4);
+    int32_t *dtok = upi(tok, N);
+    float *dwte = upf(wte, V * Cd), *dout = upf(wte, N * Cd);
+    C->embedding_forward(cpu, out, tok, wte, N, V, Cd);
+    OKG(G->embedding_forward(gpu, dout, dtok, dwte, N, V, Cd));
+    cmp("embedding_forward", dout, out, N * Cd, 0);
+    float *go = rnd(N * Cd, 1), *dgo = upf(go, N * Cd);
+    C->embedding_backward(cpu, wte, go, tok, N, V, Cd);
+    OKG(G->embedding_backward(gpu, dwte, dgo, dtok, N, V, Cd));
+    cmp("embedding_backward", dwte, wte, V * Cd, 1e-6);
+    /* RMSNorm */
+    float *x = rnd(N * Cd, 3), *w = rnd(Cd, 1), *rstd = malloc(N * 4);
+    float *dx = upf(x, N * Cd), *dw = upf(w, Cd), *drstd = upf(x, N);
+    C->rmsnorm_forward(cpu, out, rstd, x, w, N, Cd, 1e-6f);
+    OKG(G->rmsnorm_forward(gpu, dout, drstd, dx, dw, N, Cd, 1e-6f));
+    cmp("rmsnorm_forward out", dout, out, N * Cd, 1e-6);
+    cmp("rmsnorm_forward rstd", drstd, rstd, N, 1e-6);
+    float *gx = rnd(N * Cd, 1), *gw = rnd(Cd, 1), *dgx = upf(gx, N * Cd), *dgw = upf(gw, Cd);
+    C->rmsnorm_backward(cpu, gx, gw, go, x, w, rstd, N, Cd);
+    OKG(G->rmsnorm_backward(gpu, dgx, dgw, dgo, dx, dw, drstd, N, Cd));
+    cmp("rmsnorm_backward dx", dgx, gx, N * Cd, 1e-5);
+    cmp("rmsnorm_backward dweight", dgw, gw, Cd, 1e-5);
+    OKG(G->rmsnorm_backward(gpu, dgx, NULL, dgo, dx, dw, drstd, N, Cd));
+    C->rmsnorm_backward(cpu, gx, NULL, go, x, w, rstd, N, Cd);
+    cmp("rmsnorm_backward dx (no dweight)", dgx, gx, N * Cd, 1e-5);
+    /* RoPE, in place both ways */
+    const int64_t H = 3, D = 16, Nr = 12;
+    int32_t pos[12];
+    for (int i = 0; i < Nr; i++) pos[i] = i * 41 % 500;
+    int32_t *dpos = upi(pos, Nr);
+    float *r = rnd(Nr * H * D, 1), *dr = upf(r, Nr * H * D);
+    C->rope_forward(cpu, r, r, pos, Nr, H, D, 10000.0f);
+    OKG(G->rope_forward(gpu, dr, dr, dpos, Nr, H, D, 10000.0f));
+    cmp("rope_forward", dr, r, Nr * H * D, 1e-6);
+    C->rope_backward(cpu, r, r, pos, Nr, H, D, 1e6f);
+    OKG(G->rope_backward(gpu, dr, dr, dpos, Nr, H, D, 1e6f));
+    cmp("rope_backward", dr, r, Nr * H * D, 1e-6);
+    free(wte), free(out), free(go), free(x), free(w), free(rstd), free(gx), free(gw), free(r);
+    dfree(dtok), dfree(dwte), dfree(dout), dfree(dgo), dfree(dx), dfree(dw), dfree(drstd), dfree(dgx), dfree(dgw), dfree(dpos), dfree(dr);
+}
+END_TEST
+
+START_TEST(test_linear)
+{
+    const int64_t N = 33, IN = 70, OUT = 45;
+    float *x = rnd(N * IN, 1), *w = rnd(OUT * IN, 1), *b = rnd(OUT, 1), *y = malloc(N * OUT * 4);
+    float *dx = upf(x, N * IN), *dw = upf(w, OUT * IN), *db = upf(b, OUT), *dy = upf(y, N * OUT);
+    C->linear_forward(cpu, y, x, w, b, N, IN, OUT);
+    OKG(G->linear_forward(gpu, dy, dx, dw, db, N, IN, OUT));
+    cmp("linear_forward (bias)", dy, y, N * OUT, 1e-5);
+    C->linear_forward(cpu, y, x, w, NULL, N, IN, OUT);
+    OKG(G->linear_forward(gpu, dy, dx, dw, NULL, N, IN, OUT));
+    cmp("linear_forward", dy, y, N * OUT, 1e-5);
+    float *g = rnd(N * OUT, 1), *gx = rnd(N * IN, 1), *gw = rnd(OUT * IN, 1), *gb = rnd(OUT, 1);
+    float *dg = upf(g, N * OUT), *dgx = upf(gx, N * IN), *dgw = upf(gw, OUT * IN), *dgb = upf(gb, OUT);
+    C->linear_backward(cpu, gx, gw, gb, g, w, g, x, g, N, IN, OUT);
+    OKG(G->linear_backward(gpu, dgx, dgw, dgb, dg, dw, dg, dx, dg, N, IN, OUT));
+    cmp("linear_backward dx", dgx, gx, N * IN, 1e-5);
+    cmp("linear_backward dw", dgw, gw, OUT * IN, 1e-5);
+    cmp("linear_backward db", dgb, gb, OUT, 1e-6);
+    C->linear_backward(cpu, NULL, gw, NULL, g, w, g, x, g, N, IN, OUT);
+    OKG(G->linear_backward(gpu, NULL, dgw, NULL, dg, dw, dg, dx, dg, N, IN, OUT));
+    cmp("linear_backward dw only", dgw, gw, OUT * IN, 1e-5);
+    free(x), free(w), free(b), free(y), free(g), free(gx), free(gw), free(gb);
+    dfree(dx), dfree(dw), dfree(db), dfree(dy), dfree(dg), dfree(dgx), dfree(dgw), dfree(dgb);
+}
+END_TEST
+
+START_TEST(test_attention)
+{
+    const int64_t B = 2, T = 9, Hq = 4, Hkv = 2, D = 16, nq = B * T * Hq * D, nk = B * T * Hkv * D;
+    const int32_t len[2] = {9, 5};
+    float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1), *out = malloc(nq * 4), *lse = malloc(B * Hq * T * 4);
+    float *dq = upf(q, nq), *dk = upf(k, nk), *dv = upf(v, nk), *dout = upf(q, nq), *dlse = upf(lse, B * Hq * T);
+    int32_t *dlen = upi(len, B);
+    for (int with_len = 0; with_len < 2; with_len++) {
+        const int32_t *L = with_len ? len : NULL, *dL = with_len ? dlen : NULL;
+        C->attention_forward(cpu, out, lse, q, k, v, L, B, T, Hq, Hkv, D);
+        OKG(G->attention_forward(gpu, dout, dlse, dq, dk, dv, dL, B, T, Hq, Hkv, D));
+        cmp(with_len ? "attention_forward out (lengths)" : "attention_forward out", dout, out, nq, 1e-5);
+        cmp("attention_forward lse", dlse, lse, B * Hq * T, 1e-5);
+        float *go = rnd(nq, 1), *gq = rnd(nq, 1), *gk = rnd(nk, 1), *gv = rnd(nk, 1);
+        float *dgo = upf(go, nq), *dgq = upf(gq, nq), *dgk = upf(gk, nk), *dgv = upf(gv, nk);
+        C->attention_backward(cpu, gq, gk, gv, go, q, k, v, out, lse, L, B, T, Hq, Hkv, D);
+        OKG(G->attention_backward(gpu, dgq, dgk, dgv, dgo, dq, dk, dv, dout, dlse, dL, B, T, Hq, Hkv, D));
+        cmp("attention_backward dq", dgq, gq, nq, 1e-5);
+        cmp("attention_backward dk", dgk, gk, nk, 1e-5);
+        cmp("attention_backward dv", dgv, gv, nk, 1e-5);
+        free(go), free(gq), free(gk), free(gv);
+        dfree(dgo), dfree(dgq), dfree(dgk), dfree(dgv);
+    }
+    /* decode against a cache, and the cache writes */
+    const int64_t Tm = 10, W = Hkv * D, nc = B * Tm * W;
+    float *kc = rnd(nc, 1), *vc = rnd(nc, 1), *src = rnd(B * W, 1);
+    float *dkc = upf(kc, nc), *dvc = upf(vc, nc), *dsrc = upf(src, B * W);
+    C->kv_write(cpu, kc, src, B, Tm, W, 6);
+    OKG(G->kv_write(gpu, dkc, dsrc, B, Tm, W, 6));
+    cmp("kv_write", dkc, kc, nc, 0);
+    float *qd = rnd(B * Hq * D, 1), *od = malloc(B * Hq * D * 4), *dqd = upf(qd, B * Hq * D), *dod = upf(qd, B * Hq * D);
+    C->attention_decode(cpu, od, qd, kc, vc, B, Tm, 7, Hq, Hkv, D);
+    OKG(G->attention_decode(gpu, dod, dqd, dkc, dvc, B, Tm, 7, Hq, Hkv, D));
+    cmp("attention_decode", dod, od, B * Hq * D, 1e-5);
+    free(q), free(k), free(v), free(out), free(lse), free(kc), free(vc), free(src), free(qd), free(od);
+    dfree(dq), dfree(dk), dfree(dv), dfree(dout), dfree(dlse), dfree(dlen), dfree(dkc), dfree(dvc), dfree(dsrc), dfree(dqd), dfree(dod);
+}
+END_TEST
+
+START_TEST(test_losses)
+{
+    const int64_t N = 7, V = 300;
+    int32_t tgt[7] = {3, 299, -100, 0, 150, 300, 42};
+    float mask[7] = {1, 0.5f, 1, 0, 2, 1, 1};
+    float *x = rnd(N * V, 6), *lp = malloc(N * 4), *ent = malloc(N * 4), *lse = malloc(N * 4);
+    float *dx = upf(x, N * V), *dlp = upf(x, N), *dent = upf(x, N), *dlse = upf(x, N), *dmask = upf(mask, N);
+    int32_t *dt = upi(tgt, N);
+    C->logprobs_forward(cpu, lp, ent, lse, x, tgt, N, V);
+    OKG(G->logprobs_forward(gpu, dlp, dent, dlse, dx, dt, N, V));
+    cmp("logprobs_forward logp", dlp, lp, N, 1e-5);
+    cmp("logprobs_forward entropy", dent, ent, N, 1e-5);
+    cmp("logprobs_forward lse", dlse, lse, N, 1e-5);
+    float *up_lp = rnd(N, 1), *up_h = rnd(N, 1), *gx = rnd(N * V, 0.01f);
+    float *dup_lp = upf(up_lp, N), *dup_h = upf(up_h, N), *dgx = upf(gx, N * V);
+    C->logprobs_backward(cpu, gx, up_lp, up_h, x, tgt, lse, ent, N, V);
+    OKG(G->logprobs_backward(gpu, dgx, dup_lp, dup_h, dx, dt, dlse, dent, N, V));
+    cmp("logprobs_backward", dgx, gx, N * V, 1e-5);
+    C->logprobs_backward(cpu, gx, up_lp, NULL, x, tgt, lse, NULL, N, V);
+    OKG(G->logprobs_backward(gpu, dgx, dup_lp, NULL, dx, dt, dlse, NULL, N, V));
+    cmp("logprobs_backward (no entropy)", dgx, gx, N * V, 1e-5);
+    for (int masked = 0; masked < 2; masked++) {
+        float loss = 0, dloss = 0.7f, *dl = upf(&loss, 1), *ddl = upf(&dloss, 1);
+        C->cross_entropy_forward(cpu, &loss, lse, x, tgt, masked ? mask : NULL, N, V);
+        OKG(G->cross_entropy_forward(gpu, dl, dlse, dx, dt, masked ? dmask : NULL, N, V));
+        cmp("cross_entropy_forward loss", dl, &loss, 1, 1e-5);
+        cmp("cross_entropy_forward lse", dlse, lse, N, 1e-5);
+        C->cross_entropy_backward(cpu, gx, &dloss, x, tgt, masked ? mask : NULL, lse, N, V);
+        OKG(G->cross_entropy_backward(gpu, dgx, ddl, dx, dt, masked ? dmask : NULL, dlse, N, V));
+        cmp("cross_entropy_backward", dgx, gx, N * V, 1e-5);
+        dfree(dl), dfree(ddl);
+    }
+    free(x), free(lp), free(ent), free(lse), free(up_lp), free(up_h), free(gx);
+    dfree(dx), dfree(dlp), dfree(dent), dfree(dlse), dfree(dmask), dfree(dt), dfree(dup_lp), dfree(dup_h), dfree(dgx);
+}
+END_TEST
+
+START_TEST(test_rollout_ops)
+{
+    /* ResQ masks: the same elements kept */
+    const int64_t N = 40, K = 130;
+    for (int pat = FP4RL_RESQ_DENSE; pat <= FP4RL_RESQ_BLOCK_50; pat++) {
+        float *r = rnd(N * K, 1);
+        r[5] = r[6] = r[7] = 0.5f; /* a tie */
+        float *dr = upf(r, N * K);
+        OKG(C->resq_mask(cpu, r, N, K, pat));
+        OKG(G->resq_mask(gpu, dr, N, K, pat));
+        char what[64];
+        snprintf(what, sizeof what, "resq_mask pattern %d", pat);
+        cmp(what, dr, r, N * K, 0);
+        free(r);
+        dfree(dr);
+    }
+    /* sampling: the same tokens */
+    const int64_t B = 6, V = 1000;
+    float *l = rnd(B * V, 4);
+    for (int64_t v = 0; v < 40; v++) l[V + v * 7] = 3.5f; /* ties at the k-th value */
+    float *dl = upf(l, B * V);
+    const int64_t ks[3] = {0, 20, 1};
+    for (int i = 0; i < 3; i++)
+        for (uint64_t off = 0; off < 4; off++) {
+            int32_t tc[6] = {0}, *tg, *dtok = upi(tc, B);
+            float lc[6] = {0}, *dlp = upf(lc, B);
+            OKG(C->sample(cpu, tc, lc, l, B, V, 0.7f, ks[i], 1234, off));
+            OKG(G->sample(gpu, dtok, dlp, dl, B, V, 0.7f, ks[i], 1234, off));
+            tg = down(dtok, sizeof tc);
+            for (int b = 0; b < B; b++) ck_assert_msg(tg[b] == tc[b], "sample top_k %lld row %d: gpu %d cpu %d", (long long)ks[i], b, tg[b], tc[b]);
+            cmp("sample logp", dlp, lc, B, 1e-5);
+            free(tg);
+            dfree(dtok), dfree(dlp);
+        }
+    free(l);
+    dfree(dl);
+}
+END_TEST
+
+/* ---- end to end ---- */
+static const char *fixtures(void)
+{
+    const char *e = getenv("FP4RL_FIXTURES");
+    return e && *e ? e : FIXTURES;
+}
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_int_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+static fp4rl_model *load(fp4rl_context *c, const fp4rl_quant_policy *p)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/gqa/config.json", fixtures());
+    char *cfg = read_text(path);
+    fp4rl_model *m;
+    ck_assert_msg(fp4rl_model_create(&m, c, cfg, p, 1) == FP4RL_OK, "%s", fp4rl_last_error());
+    free(cfg);
+    snprintf(path, sizeof path, "%s/gqa/model.safetensors", fixtures());
+    ck_assert_msg(fp4rl_model_load(m, path) == FP4RL_OK, "%s", fp4rl_last_error());
+    return m;
+}
+static double l2rel(const float *a, const float *b, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+START_TEST(test_model_fp32)
+{
+    fp4rl_quant_policy *p;
+    ck_assert_int_eq(fp4rl_quant_policy_create(&p), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_TRAIN_NUMERICS, FP4RL_NUMERICS_FP32), FP4RL_OK);
+    fp4rl_model *mc = load(cpu, p), *mg = load(gpu, p);
+    int64_t V;
+    fp4rl_model_get_info(mc, FP4RL_MI_VOCAB_SIZE, &V);
+    const int64_t B = 2, T = 12;
+    int32_t tok[24], len[2] = {12, 7};
+    for (int i = 0; i < B * T; i++) tok[i] = (int32_t)((i * 37 + 11) % V);
+    const size_t lb = (size_t)(B * T * V) * sizeof(float);
+    float *lc = malloc(lb), *lg = malloc(lb);
+    OKG(fp4rl_model_logits(mc, tok, len, B, T, lc, lb));
+    OKG(fp4rl_model_logits(mg, tok, len, B, T, lg, lb));
+    double e = l2rel(lg, lc, B * T * V);
+    printf("  model logits (gqa, FP32)            rel err %.3g (tol 1e-05)\n", e);
+    ck_assert_msg(e <= 1e-5, "logits rel err %.3g", e);
+    float mask[24];
+    for (int i = 0; i < 24; i++) mask[i] = (float)(1 + i % 3);
+    double loss_c, loss_g;
+    OKG(fp4rl_model_compute_gradients(mc, tok, len, mask, B, T, &loss_c));
+    OKG(fp4rl_model_compute_gradients(mg, tok, len, mask, B, T, &loss_g));
+    printf("  model loss cpu %.9g gpu %.9g\n", loss_c, loss_g);
+    ck_assert_msg(fabs(loss_c - loss_g) <= 1e-5 * fabs(loss_c), "loss %.9g vs %.9g", loss_g, loss_c);
+    float *gg = down(mg->g, (size_t)mg->total * sizeof(float));
+    e = l2rel(gg, mc->g, mc->total);
+    printf("  model gradients (gqa, FP32)         rel err %.3g (tol 1e-04)\n", e);
+    ck_assert_msg(e <= 1e-4, "gradients rel err %.3g", e);
+    /* and one supervised step: the weights after AdamW */
+    double gn_c, gn_g;
+    OKG(fp4rl_model_train_step(mc, tok, len, mask, B, T, &loss_c, &gn_c));
+    OKG(fp4rl_model_train_step(mg, tok, len, mask, B, T, &loss_g, &gn_g));
+    float *wg = down(mg->w, (size_t)mg->total * sizeof(float));
+    e = l2rel(wg, mc->w, mc->total);
+    printf("  train_step weights                  rel err %.3g (grad norm cpu %.6g gpu %.6g)\n", e, gn_c, gn_g);
+    ck_assert_msg(e <= 1e-4, "weights after a step: rel err %.3g", e);
+    free(lc), free(lg), free(gg), free(wg);
+    fp4rl_model_destroy(mc);
+    fp4rl_model_destroy(mg);
+    fp4rl_quant_policy_destroy(p);
+}
+END_TEST
+
+static int sevens(void *user, size_t pi, const int32_t *p, size_t pl, const int32_t *c, size_t cl, double *r)
+{
+    (void)user, (void)pi, (void)p, (void)pl;
+    double k = 0;
+    for (size_t i = 0; i < cl; i++) k += c[i] == 7;
+    *r = k;
+    return 0;
+}
+
+START_TEST(test_rl_step)
+{
+    fp4rl_quant_policy *p;
+    ck_assert_int_eq(fp4rl_quant_policy_create(&p), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_quant_policy_apply_preset(p, FP4RL_PRESET_HIF4_RL), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_TRAIN_NUMERICS, FP4RL_NUMERICS_FP4), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_ROLLOUT_NUMERICS, FP4RL_NUMERICS_W4A4), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_RESQ, FP4RL_RESQ_2_4), FP4RL_OK);
+    fp4rl_model *m = load(gpu, p);
+    fp4rl_rl_session *s;
+    OKG(fp4rl_rl_session_create(&s, gpu, m, p));
+    OKG(fp4rl_rl_session_set(s, FP4RL_RL_GROUP_SIZE, 4));
+    OKG(fp4rl_rl_session_set(s, FP4RL_RL_MAX_NEW_TOKENS, 6));
+    OKG(fp4rl_rl_session_set(s, FP4RL_RL_TOP_K, 20));
+    const int32_t prompts[7] = {1, 5, 9, 2, 4, 6, 8};
+    const size_t off[3] = {0, 3, 7};
+    OKG(fp4rl_rl_session_step(s, prompts, off, 2, sevens, NULL));
+    int64_t steps;
+    fp4rl_rl_session_step_count(s, &steps);
+    ck_assert_int_eq(steps, 1);
+    size_t nm = 0;
+    for (size_t i = 0; fp4rl_rl_session_metric_name(i); i++, nm++) {
+        double v;
+        OKG(fp4rl_rl_session_metric(s, fp4rl_rl_session_metric_name(i), &v));
+        printf("  rl metric %-32s %.6g\n", fp4rl_rl_session_metric_name(i), v);
+        ck_assert_msg(isfinite(v), "metric %s = %g", fp4rl_rl_session_metric_name(i), v);
+    }
+    ck_assert_uint_gt(nm, 0);
+    float *w = down(m->w, (size_t)m->total * sizeof(float));
+    for (int64_t i = 0; i < m->total; i++) ck_assert_msg(isfinite(w[i]), "weight %lld not finite", (long long)i);
+    free(w);
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+END_TEST
+
+int main(void)
+{
+    fp4rl_context *probe;
+    if (fp4rl_context_create(&probe, FP4RL_DEVICE_CUDA, 0) != FP4RL_OK) {
+        printf("test_ops_parity: skipped, no CUDA context: %s\n", fp4rl_last_error());
+        return 77;
+    }
+    fp4rl_context_destroy(probe);
+    Suite *su = suite_create("ops_parity");
+    TCase *tc = tcase_create("ops");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_elementwise);
+    tcase_add_test(tc, test_embedding_norm_rope);
+    tcase_add_test(tc, test_linear);
+    tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_losses);
+    tcase_add_test(tc, test_rollout_ops);
+    tcase_add_test(tc, test_model_fp32);
+    tcase_add_test(tc, test_rl_step);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_set_fork_status(sr, CK_NOFORK); /* one process: the GPU context is not fork-safe */
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
