@@ -3,6 +3,7 @@
  * pointers, shapes and dtypes, returns the right status and leaves a non-empty message; plus
  * version, status names, policy parameters and presets, tensor accessors, import/export.
  */
+#include "check_run.h"
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -394,9 +395,5 @@ int main(void)
     tcase_add_test(tc, test_import_export);
     tcase_add_test(tc, test_thread_local_error);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fp4rl_check_run(s);
 }

@@ -1,4 +1,5 @@
 /* test_grpo.c - GRPO advantages, the TIS-weighted clipped loss and its gradient, aggregation. */
+#include "check_run.h"
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -122,9 +123,5 @@ int main(void)
     tcase_add_test(tc, test_loss_gradient);
     tcase_add_test(tc, test_weights);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fp4rl_check_run(s);
 }

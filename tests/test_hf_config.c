@@ -4,6 +4,7 @@
  * config can be wrong (each must give its status and a message naming the field).
  */
 #define _POSIX_C_SOURCE 200809L
+#include "check_run.h"
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -411,9 +412,5 @@ int main(void)
     tcase_add_test(tc, test_roundtrip);
     tcase_add_test(tc, test_load);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fp4rl_check_run(s);
 }

@@ -4,6 +4,7 @@
  * weights I/O and supervised training.
  */
 #define _DEFAULT_SOURCE /* mkdtemp */
+#include "check_run.h"
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -339,9 +340,5 @@ int main(void)
     tcase_add_test(tc, test_token_logprobs);
     tcase_add_test(tc, test_training_reduces_loss);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fp4rl_check_run(s);
 }

@@ -13,6 +13,7 @@
  *                  error is ~1e-10, the rest is binary32 rounding of the backward)
  * FP4RL_TEST_VERBOSE=1 prints every measured error.
  */
+#include "check_run.h"
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -836,9 +837,5 @@ int main(void)
     tcase_add_test(tc, test_adamw);
     tcase_add_test(tc, test_grad_norm_clip);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fp4rl_check_run(s);
 }

@@ -10,6 +10,7 @@
  * and the atomic writer's failures, which must leave an existing file as it was.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "check_run.h"
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
@@ -844,9 +845,5 @@ int main(void)
     tcase_add_test(tc, test_atomic_write_failures);
     tcase_add_test(tc, test_dtype_table);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fp4rl_check_run(s);
 }

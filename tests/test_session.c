@@ -4,6 +4,7 @@
  * reward on the built-in task, and checkpoint round trip with bit-identical resume.
  */
 #define _DEFAULT_SOURCE /* mkdtemp */
+#include "check_run.h"
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -480,9 +481,5 @@ int main(void)
     tcase_add_test(tc, test_rl_raises_reward);
     tcase_add_test(tc, test_checkpoint_resume);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fp4rl_check_run(su);
 }
