@@ -169,6 +169,12 @@ typedef struct fp4rl_ops {
     fp4rl_status (*underflow_count)(fp4rl_context *ctx, float *counts, const float *x, const float *xq, int64_t n);
     /* x *= alpha (the sampling temperature on logits, and its chain rule). */
     fp4rl_status (*scale)(fp4rl_context *ctx, float *x, int64_t n, float alpha);
+    /* `sample` with the rows numbered from row0: row b draws u = fp4rl_sr_uniform(seed, offset,
+     * row0 + b), so a data-parallel rank that samples rows [row0, row0 + B) of a global batch
+     * draws what one process sampling the whole batch draws. sample(...) = sample_rows(..., 0). */
+    fp4rl_status (*sample_rows)(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B,
+                                int64_t V, float temperature, int64_t top_k, uint64_t seed, uint64_t offset,
+                                uint64_t row0);
 } fp4rl_ops;
 
 FP4RL_HIDDEN extern const fp4rl_ops fp4rl_cpu_ops;

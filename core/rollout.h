@@ -14,6 +14,7 @@ typedef struct fp4rl_rollout_cfg {
     int64_t n_stop;
     uint64_t seed;          /* of sampling */
     uint64_t offset;        /* sampling offset of the first decode step; one per step after */
+    uint64_t row0;          /* the global row of sequence 0 (a data-parallel rank's slice; 0 otherwise) */
 } fp4rl_rollout_cfg;
 
 typedef struct fp4rl_rollout_result {

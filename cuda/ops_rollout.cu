@@ -100,7 +100,7 @@ __device__ __forceinline__ uint32_t order_key(float f)
 __device__ __forceinline__ float key_float(uint32_t k) { return fp4rl_bits_f32((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
 
 __global__ void __launch_bounds__(ST) sample_k(int32_t *tokens, float *logp, const float *logits, int64_t V, float temperature,
-                                               int64_t top_k, uint64_t seed, uint64_t offset)
+                                               int64_t top_k, uint64_t seed, uint64_t offset, uint64_t row0)
 {
     __shared__ float shf[ST];
     __shared__ unsigned hist[256];
@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(ST) sample_k(int32_t *tokens, float *logp, con
             tkept += s_kept[i];
             if (s_last[i] >= 0) tlast = s_last[i];
         }
-        const double u = (double)fp4rl_sr_uniform(seed, offset, (uint64_t)b) * tkept;
+        const double u = (double)fp4rl_sr_uniform(seed, offset, row0 + (uint64_t)b) * tkept;
         double acc = 0;
         int64_t pick = -1;
         for (int i = 0; i < ST && pick < 0; i++) {
@@ -237,9 +237,15 @@ fp4rl_status fp4rl_cuda_resq_mask(fp4rl_context *ctx, float *r, int64_t N, int64
 fp4rl_status fp4rl_cuda_sample(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B, int64_t V,
                                float temperature, int64_t top_k, uint64_t seed, uint64_t offset)
 {
+    return fp4rl_cuda_sample_rows(ctx, tokens, logp, logits, B, V, temperature, top_k, seed, offset, 0);
+}
+
+fp4rl_status fp4rl_cuda_sample_rows(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B,
+                                    int64_t V, float temperature, int64_t top_k, uint64_t seed, uint64_t offset, uint64_t row0)
+{
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
-    sample_k<<<(unsigned)B, ST, 0, s>>>(tokens, logp, logits, V, temperature, top_k, seed, offset);
+    sample_k<<<(unsigned)B, ST, 0, s>>>(tokens, logp, logits, V, temperature, top_k, seed, offset, row0);
     return fp4rl_cuda_check_launch(ctx, "sample");
 }

@@ -42,4 +42,5 @@ extern "C" const fp4rl_ops fp4rl_cuda_ops = {
     fp4rl_cuda_sample, /* the CPU's inverse CDF and uniform; ties at a CDF step may differ by double rounding */
     fp4rl_cuda_underflow_count,
     fp4rl_cuda_scale,
+    fp4rl_cuda_sample_rows,
 };

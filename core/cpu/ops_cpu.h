@@ -70,6 +70,9 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_attention_decode(fp4rl_context *ctx, float *
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_resq_mask(fp4rl_context *ctx, float *r, int64_t N, int64_t K, int pattern);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_sample(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B,
                                            int64_t V, float temperature, int64_t top_k, uint64_t seed, uint64_t offset);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_sample_rows(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits,
+                                                int64_t B, int64_t V, float temperature, int64_t top_k, uint64_t seed,
+                                                uint64_t offset, uint64_t row0);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_underflow_count(fp4rl_context *ctx, float *counts, const float *x, const float *xq,
                                                     int64_t n);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_scale(fp4rl_context *ctx, float *x, int64_t n, float alpha);

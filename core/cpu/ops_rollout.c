@@ -111,6 +111,13 @@ fp4rl_status fp4rl_cpu_resq_mask(fp4rl_context *ctx, float *r, int64_t N, int64_
 fp4rl_status fp4rl_cpu_sample(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B, int64_t V,
                               float temperature, int64_t top_k, uint64_t seed, uint64_t offset)
 {
+    return fp4rl_cpu_sample_rows(ctx, tokens, logp, logits, B, V, temperature, top_k, seed, offset, 0);
+}
+
+fp4rl_status fp4rl_cpu_sample_rows(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B,
+                                   int64_t V, float temperature, int64_t top_k, uint64_t seed, uint64_t offset,
+                                   uint64_t row0)
+{
     (void)ctx;
     float *kth = NULL;
     if (top_k > 0 && top_k < V) {
@@ -139,7 +146,7 @@ fp4rl_status fp4rl_cpu_sample(fp4rl_context *ctx, int32_t *tokens, float *logp, 
             all += e;
             if (l[v] >= thresh) kept += e;
         }
-        const double u = (double)fp4rl_sr_uniform(seed, offset, (uint64_t)b) * kept;
+        const double u = (double)fp4rl_sr_uniform(seed, offset, row0 + (uint64_t)b) * kept;
         double acc = 0;
         int64_t pick = -1, last = 0;
         for (int64_t v = 0; v < V; v++) {

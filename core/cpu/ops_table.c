@@ -31,4 +31,5 @@ const fp4rl_ops fp4rl_cpu_ops = {
     .sample = fp4rl_cpu_sample,
     .underflow_count = fp4rl_cpu_underflow_count,
     .scale = fp4rl_cpu_scale,
+    .sample_rows = fp4rl_cpu_sample_rows,
 };
