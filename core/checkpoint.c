@@ -6,6 +6,8 @@
  * Written atomically: everything goes into a fresh sibling directory, fsync'd, which is then
  * renamed into place (the old one moved aside first and removed last), so a crash at any point
  * leaves a complete checkpoint at `dir` or at `dir.old`, which fp4rl_rl_session_load also reads.
+ * In a distributed context rank 0 writes (core/session.c) and every rank reads; a load commits
+ * only when it succeeded on every rank.
  */
 #define _GNU_SOURCE /* mkdtemp, fsync, nftw */
 #include <cjson/cJSON.h>
@@ -23,6 +25,7 @@
 
 #define STATE_FORMAT "fp4rl-rl-checkpoint"
 #define STATE_VERSION 1
+#define SESSION_PARAMS_V1 16 /* session parameters of the first checkpoints (up to FP4RL_RL_SEED) */
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -167,12 +170,18 @@ static fp4rl_status parse_u64(const cJSON *root, const char *key, uint64_t *out,
     return FP4RL_OK;
 }
 
-static fp4rl_status number_array(const cJSON *root, const char *key, double *out, int n, const char *fn, const char *file)
+/* An array of min_n .. n numbers into out[0 ..); entries past its end keep their values (parameters
+ * added after the checkpoint was written). */
+static fp4rl_status number_array(const cJSON *root, const char *key, double *out, int min_n, int n, const char *fn,
+                                 const char *file)
 {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
-        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"%s\" must be an array of %d numbers", fn, file, key, n);
-    for (int i = 0; i < n; i++) {
+    const int size = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    if (size < min_n || size > n) {
+        if (min_n == n) return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"%s\" must be an array of %d numbers", fn, file, key, n);
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"%s\" must be an array of %d to %d numbers", fn, file, key, min_n, n);
+    }
+    for (int i = 0; i < size; i++) {
         const cJSON *v = cJSON_GetArrayItem(a, i);
         if (!cJSON_IsNumber(v)) return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"%s\"[%d] is not a number", fn, file, key, i);
         out[i] = v->valuedouble;
@@ -190,16 +199,16 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
     snprintf(base, sizeof base, "%s", dir);
     if (stat(base, &sb) != 0) { /* a crash between the two renames of a save leaves dir.old */
         snprintf(base, sizeof base, "%s.old", dir);
-        if (stat(base, &sb) != 0) return fp4rl_fail(FP4RL_ERR_IO, "%s: no checkpoint at %s", fn, dir);
+        if (stat(base, &sb) != 0) return fp4rl_dist_agree(ctx, fp4rl_fail(FP4RL_ERR_IO, "%s: no checkpoint at %s", fn, dir), fn);
     }
     snprintf(path, sizeof path, "%s/state.json", base);
     uint8_t *text = NULL;
     size_t len = 0;
     fp4rl_status st = fp4rl_read_file(path, 1u << 24, &text, &len, fn);
-    if (st) return st;
+    if (st) return fp4rl_dist_agree(ctx, st, fn);
     cJSON *root = cJSON_ParseWithLength((const char *)text, len);
     free(text);
-    if (!root) return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s is not valid JSON", fn, path);
+    if (!root) return fp4rl_dist_agree(ctx, fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s is not valid JSON", fn, path), fn);
     double steps = 0, mstep = 0, hp[FP4RL_RL_PARAM_COUNT], mh[FP4RL_MP_COUNT], pol[FP4RL_QP_COUNT];
     uint64_t seed = 0, off = 0, soff = 0;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format"), *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
@@ -212,9 +221,12 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
     if (!st) st = parse_u64(root, "context_seed", &seed, fn, path);
     if (!st) st = parse_u64(root, "context_rng_offset", &off, fn, path);
     if (!st) st = parse_u64(root, "sample_offset", &soff, fn, path);
-    if (!st) st = number_array(root, "session_params", hp, FP4RL_RL_PARAM_COUNT, fn, path);
-    if (!st) st = number_array(root, "model_params", mh, FP4RL_MP_COUNT, fn, path);
-    if (!st) st = number_array(root, "policy", pol, FP4RL_QP_COUNT, fn, path);
+    /* checkpoints of version 1 written before FP4RL_RL_ALLREDUCE_BF16 have 16 session parameters:
+     * the missing ones keep the session's values */
+    memcpy(hp, s->hp, sizeof hp);
+    if (!st) st = number_array(root, "session_params", hp, SESSION_PARAMS_V1, FP4RL_RL_PARAM_COUNT, fn, path);
+    if (!st) st = number_array(root, "model_params", mh, FP4RL_MP_COUNT, FP4RL_MP_COUNT, fn, path);
+    if (!st) st = number_array(root, "policy", pol, FP4RL_QP_COUNT, FP4RL_QP_COUNT, fn, path);
     /* the checkpoint must be of this model's shape */
     if (!st) {
         const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
@@ -276,6 +288,8 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
     fp4rl_st_close(fo);
     float *ref = NULL;
     if (!st && has_ref && !s->ref_w) st = ctx->be->alloc(ctx, (void **)&ref, bytes);
+    /* a distributed context commits only when every rank has read the checkpoint */
+    st = fp4rl_dist_agree(ctx, st, fn);
     if (st) {
         if (ref) ctx->be->free(ctx, ref);
         free(host);

@@ -20,6 +20,7 @@ fp4rl_status fp4rl_context_create(fp4rl_context **out, fp4rl_device device, int 
     if (!ctx) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "fp4rl_context_create: out of memory");
     ctx->device = device;
     ctx->ordinal = ordinal;
+    ctx->world_size = 1;
     ctx->be = &fp4rl_cpu_backend;
     ctx->ops = device == FP4RL_DEVICE_CPU ? &fp4rl_cpu_ops : NULL;
 #ifdef FP4RL_HAVE_CUDA

@@ -67,6 +67,14 @@ struct fp4rl_tensor {
     fp4rl_qdesc q;     /* quantized only */
 };
 
+/* What a collective of the backend's communicator reduces, and how (see fp4rl_backend.allreduce). */
+typedef enum fp4rl_reduce_kind {
+    FP4RL_REDUCE_SUM_F32 = 0,      /* device float buffer, summed in FP32 */
+    FP4RL_REDUCE_SUM_F32_BF16 = 1, /* device float buffer, rounded to BF16 (RNE), summed in BF16, widened */
+    FP4RL_REDUCE_SUM_F64_HOST = 2, /* host double buffer, summed */
+    FP4RL_REDUCE_MAX_F64_HOST = 3  /* host double buffer, maximum */
+} fp4rl_reduce_kind;
+
 /* ---- the backend interface: what each device fills ----
  * Memory functions work on device memory of the context. Every function returns a status and
  * sets the message on failure. Arguments have been validated by core before the call. */
@@ -90,6 +98,11 @@ typedef struct fp4rl_backend {
      * with faster paths for quantized operands (fused kernels, exact BF16 dequantization) sets it:
      * c = a * b^T for operands core has validated, with the semantics of fp4rl_matmul. */
     fp4rl_status (*matmul)(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b);
+    /* Optional; NULL where the backend has no communicator (the CPU). An all-reduce over the
+     * context's communicator (ctx->comm set), in place on `n` elements of `buf`, in the context's
+     * stream order: every rank calls it at the same point. The result is bit-identical on every
+     * rank. Host kinds return when the result is in `buf`. */
+    fp4rl_status (*allreduce)(fp4rl_context *ctx, void *buf, int64_t n, fp4rl_reduce_kind kind);
 } fp4rl_backend;
 
 struct fp4rl_context {
@@ -101,6 +114,11 @@ struct fp4rl_context {
     const struct fp4rl_ops *ops; /* the transformer op table (core/ops.h); NULL where not implemented yet */
     void *impl;       /* backend state */
     int poisoned;     /* a sticky device error happened: refuse further work */
+    /* data parallelism (core/dist.c): rank and world size (0 and 1 by default); comm is set when
+     * the context joined a communicator (fp4rl_context_create_distributed), and then the sessions
+     * run their collectives through be->allreduce */
+    int rank, world_size;
+    int comm;
 };
 
 FP4RL_HIDDEN extern const fp4rl_backend fp4rl_cpu_backend;
@@ -108,6 +126,28 @@ FP4RL_HIDDEN extern const fp4rl_backend fp4rl_cpu_backend;
 /* Creates the CUDA state of ctx (ctx->impl) and sets ctx->be. */
 FP4RL_HIDDEN fp4rl_status fp4rl_cuda_context_init(fp4rl_context *ctx, int ordinal);
 #endif
+#ifdef FP4RL_HAVE_NCCL
+/* cuda/comm.cu: a new NCCL unique id (FP4RL_NCCL_UNIQUE_ID_BYTES bytes); the communicator of a
+ * CUDA context (ctx->impl made), joined as `rank` of `world_size`; `fn` names the caller. */
+FP4RL_HIDDEN fp4rl_status fp4rl_cuda_nccl_unique_id(void *id, const char *fn);
+FP4RL_HIDDEN fp4rl_status fp4rl_cuda_comm_init(fp4rl_context *ctx, int rank, int world_size, const void *id, const char *fn);
+#endif
+
+/* ---- core/dist.c: the collectives of a distributed context ---- */
+/* Whether ctx runs collectives (it joined a communicator). */
+FP4RL_HIDDEN int fp4rl_dist_active(const fp4rl_context *ctx);
+/* In-place sum or maximum of n host doubles over the ranks (a no-op when not active). */
+FP4RL_HIDDEN fp4rl_status fp4rl_dist_sum_f64(fp4rl_context *ctx, double *v, int64_t n);
+FP4RL_HIDDEN fp4rl_status fp4rl_dist_max_f64(fp4rl_context *ctx, double *v, int64_t n);
+/* In-place sum of a device float buffer over the ranks, in FP32 or BF16 (a no-op when not active). */
+FP4RL_HIDDEN fp4rl_status fp4rl_dist_sum_f32(fp4rl_context *ctx, float *dev, int64_t n, int bf16);
+/* Every rank calls this at the same point with its own status `st`: when some rank failed, every
+ * rank returns a failure (its own status and message, or "fn: rank r failed ..."); else FP4RL_OK.
+ * Returns st unchanged when not active. */
+FP4RL_HIDDEN fp4rl_status fp4rl_dist_agree(fp4rl_context *ctx, fp4rl_status st, const char *fn);
+/* The same, and in the same collective the sum over the ranks of n_extra (<= 8) host doubles,
+ * written back to `extra` when no rank failed. */
+FP4RL_HIDDEN fp4rl_status fp4rl_dist_agree_sum(fp4rl_context *ctx, fp4rl_status st, double *extra, int n_extra, const char *fn);
 
 /* core/policy.c: the parameters of one quantize call from (policy or NULL, format, role, ctx). */
 FP4RL_HIDDEN fp4rl_status fp4rl_policy_resolve(const fp4rl_quant_policy *p, fp4rl_dtype format, fp4rl_role role,

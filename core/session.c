@@ -24,9 +24,9 @@ static const char *const metric_names[M_COUNT] = {
 
 static const char *const param_names[FP4RL_RL_PARAM_COUNT] = {
     "group_size", "max_new_tokens", "temperature", "top_k", "lr", "weight_decay", "clip_low", "clip_high",
-    "tis_cap", "kl_coef", "loss_agg", "adv_norm", "minibatches", "epochs", "grad_clip", "seed",
+    "tis_cap", "kl_coef", "loss_agg", "adv_norm", "minibatches", "epochs", "grad_clip", "seed", "allreduce_bf16",
 };
-static const double param_defaults[FP4RL_RL_PARAM_COUNT] = {8, 64, 1.0, 0, 1e-6, 0, 0.2, 0.2, 5.0, 0, 0, 1, 1, 1, 1.0, 0};
+static const double param_defaults[FP4RL_RL_PARAM_COUNT] = {8, 64, 1.0, 0, 1e-6, 0, 0.2, 0.2, 5.0, 0, 0, 1, 1, 1, 1.0, 0, 0};
 
 static double now_s(void)
 {
@@ -50,7 +50,7 @@ static void clear_rollout(fp4rl_rl_session *s)
     s->prompts = NULL;
     s->offsets = NULL;
     s->rewards = NULL;
-    s->n_prompts = 0;
+    s->n_prompts = s->prompt0 = s->global_prompts = 0;
     s->have_rollout = s->have_rewards = 0;
 }
 
@@ -100,7 +100,7 @@ fp4rl_status fp4rl_rl_session_set(fp4rl_rl_session *s, fp4rl_rlparam p, double v
     case FP4RL_RL_LR: if (!(v > 0 && isfinite(v))) allowed = "> 0"; break;
     case FP4RL_RL_CLIP_LOW: if (!(v >= 0 && v < 1)) allowed = "[0, 1)"; break;
     case FP4RL_RL_TIS_CAP: if (!(v == 0 || (v >= 1 && isfinite(v)))) allowed = "0 (off) or >= 1"; break;
-    case FP4RL_RL_LOSS_AGG: case FP4RL_RL_ADV_NORM: if (!(v == 0 || v == 1)) allowed = "0 or 1"; break;
+    case FP4RL_RL_LOSS_AGG: case FP4RL_RL_ADV_NORM: case FP4RL_RL_ALLREDUCE_BF16: if (!(v == 0 || v == 1)) allowed = "0 or 1"; break;
     case FP4RL_RL_MINIBATCHES: if (!(integral && v >= 1 && v <= 1e6)) allowed = "an integer >= 1"; break;
     case FP4RL_RL_EPOCHS: if (!(integral && v >= 1 && v <= 100)) allowed = "an integer in 1 .. 100"; break;
     case FP4RL_RL_SEED: if (!(integral && v >= 0 && v <= 9007199254740992.0)) allowed = "an integer in 0 .. 2^53"; break;
@@ -167,36 +167,60 @@ static fp4rl_status check_prompts(const fp4rl_rl_session *s, const int32_t *prom
     return FP4RL_OK;
 }
 
+/* This rank's share of n global prompts: [*p0, *p1). Every prompt's group stays on one rank. */
+static void rank_share(const fp4rl_context *ctx, size_t n, size_t *p0, size_t *p1)
+{
+    const size_t W = (size_t)ctx->world_size, r = (size_t)ctx->rank;
+    *p0 = n * r / W;
+    *p1 = n * (r + 1) / W;
+}
+
 static fp4rl_status do_rollout(fp4rl_rl_session *s, const int32_t *prompts, const size_t *offsets, size_t n_prompts,
                                const char *fn)
 {
     fp4rl_status st = check_session(s, fn);
     if (!st) st = check_prompts(s, prompts, offsets, n_prompts, fn);
     if (st) return st;
+    const int dist = fp4rl_dist_active(s->ctx);
+    if (dist && n_prompts < (size_t)s->ctx->world_size)
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %zu prompts for %d ranks; every rank needs at least one prompt (pass the same global prompt list on every rank)",
+                          fn, n_prompts, s->ctx->world_size);
+    size_t p0 = 0, p1 = n_prompts;
+    if (dist) rank_share(s->ctx, n_prompts, &p0, &p1);
     clear_rollout(s);
-    const size_t n_tok = offsets[n_prompts];
+    const size_t n_local = p1 - p0, n_tok = offsets[p1] - offsets[p0];
     s->prompts = malloc(n_tok * sizeof(int32_t));
-    s->offsets = malloc((n_prompts + 1) * sizeof(size_t));
+    s->offsets = malloc((n_local + 1) * sizeof(size_t));
     if (!s->prompts || !s->offsets) {
         clear_rollout(s);
         return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
-    memcpy(s->prompts, prompts, n_tok * sizeof(int32_t));
-    memcpy(s->offsets, offsets, (n_prompts + 1) * sizeof(size_t));
-    s->n_prompts = n_prompts;
+    memcpy(s->prompts, prompts + offsets[p0], n_tok * sizeof(int32_t));
+    for (size_t p = 0; p <= n_local; p++) s->offsets[p] = offsets[p0 + p] - offsets[p0];
+    s->n_prompts = n_local;
+    s->prompt0 = p0;
+    s->global_prompts = n_prompts;
+    const int64_t G = (int64_t)s->hp[FP4RL_RL_GROUP_SIZE], max_new = (int64_t)s->hp[FP4RL_RL_MAX_NEW_TOKENS];
     fp4rl_rollout_cfg cfg = {
-        .group = (int64_t)s->hp[FP4RL_RL_GROUP_SIZE], .max_new = (int64_t)s->hp[FP4RL_RL_MAX_NEW_TOKENS],
+        .group = G, .max_new = max_new,
         .temperature = (float)s->hp[FP4RL_RL_TEMPERATURE], .top_k = (int64_t)s->hp[FP4RL_RL_TOP_K],
         .stop = s->stop, .n_stop = (int64_t)s->n_stop, .seed = (uint64_t)s->hp[FP4RL_RL_SEED], .offset = s->sample_offset,
+        .row0 = (uint64_t)p0 * (uint64_t)G, /* sampling draws by the global completion index */
     };
     const double t0 = now_s();
-    st = fp4rl_rollout_run(s->model, &cfg, s->prompts, s->offsets, n_prompts, &s->ro);
+    st = fp4rl_rollout_run(s->model, &cfg, s->prompts, s->offsets, n_local, &s->ro);
     if (st) {
         clear_rollout(s);
         return st;
     }
     s->rollout_s = now_s() - t0;
     s->sample_offset = s->ro.offset_end;
+    if (dist) { /* the offset after the global batch's decode steps (the rollout's is its share's) */
+        size_t max_plen = 0;
+        for (size_t p = 0; p < n_prompts; p++)
+            if (offsets[p + 1] - offsets[p] > max_plen) max_plen = offsets[p + 1] - offsets[p];
+        s->sample_offset = cfg.offset + (uint64_t)max_plen + (uint64_t)max_new - 1;
+    }
     s->have_rollout = 1;
     return FP4RL_OK;
 }
@@ -232,7 +256,7 @@ fp4rl_status fp4rl_rl_session_completion(const fp4rl_rl_session *s, size_t i, in
     if (tokens) memcpy(tokens, s->ro.tokens + i * (size_t)s->ro.max_new, len * sizeof(int32_t));
     if (logprobs) memcpy(logprobs, s->ro.logprobs + i * (size_t)s->ro.max_new, len * sizeof(float));
     *length = len;
-    if (prompt_index) *prompt_index = i / (size_t)s->hp[FP4RL_RL_GROUP_SIZE];
+    if (prompt_index) *prompt_index = s->prompt0 + i / (size_t)s->hp[FP4RL_RL_GROUP_SIZE];
     return FP4RL_OK;
 }
 
@@ -248,7 +272,7 @@ fp4rl_status fp4rl_rl_session_set_rewards(fp4rl_rl_session *s, const double *rew
     for (size_t i = 0; i < n; i++)
         if (!isfinite(rewards[i]))
             return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the reward of completion %zu (prompt %zu) is %g, not finite", fn, i,
-                              i / (size_t)s->hp[FP4RL_RL_GROUP_SIZE], rewards[i]);
+                              s->prompt0 + i / (size_t)s->hp[FP4RL_RL_GROUP_SIZE], rewards[i]);
     double *copy = malloc(n * sizeof *copy);
     if (!copy) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     memcpy(copy, rewards, n * sizeof *copy);
@@ -263,6 +287,8 @@ typedef struct pg_ctx {
     const fp4rl_rl_session *s;
     fp4rl_pg_config cfg;
     int64_t seq0, nseq, T;           /* the minibatch: sequences [seq0, seq0 + nseq) */
+    double total, nonempty;          /* the loss normalizers: tokens and non-empty completions of the
+                                        minibatch, over every rank's share of it */
     const float *logp_old, *logp_ref; /* [n_seqs, T] */
     const float *adv;
     const int64_t *plen;
@@ -275,18 +301,13 @@ static fp4rl_status pg_hook(void *user, const float *logp, const float *entropy,
     pg_ctx *c = user;
     const fp4rl_rollout_result *ro = &c->s->ro;
     const int per_seq = c->s->hp[FP4RL_RL_LOSS_AGG] == 0;
-    int64_t total = 0, nonempty = 0;
-    for (int64_t i = 0; i < c->nseq; i++) {
-        total += ro->lengths[c->seq0 + i];
-        nonempty += ro->lengths[c->seq0 + i] > 0;
-    }
     double l_sum = 0;
     for (int64_t i = 0; i < c->nseq; i++) {
         const int64_t seq = c->seq0 + i, clen = ro->lengths[seq];
         for (int64_t j = 0; j < clen; j++) {
             const int64_t t = c->plen[seq] + j;   /* the token's position */
             const int64_t row = i * c->T + t - 1; /* the row predicting it, in the minibatch */
-            const double w = per_seq ? 1.0 / ((double)clen * (double)nonempty) : 1.0 / (double)total;
+            const double w = per_seq ? 1.0 / ((double)clen * c->nonempty) : 1.0 / c->total;
             double g;
             fp4rl_pg_token_stats ts;
             const double lp_old = c->logp_old[seq * c->T + t], mu = ro->logprobs[seq * ro->max_new + j];
@@ -333,65 +354,107 @@ static fp4rl_status build_batch(const fp4rl_rl_session *s, int32_t **tokens, int
     return FP4RL_OK;
 }
 
-static void reward_metrics(fp4rl_rl_session *s, const float *adv, int64_t zero_groups)
+/* The step's statistics on this rank, as sums and maxima: a distributed context reduces them over
+ * the ranks before the metrics are formed, so every rank reports the global batch's metrics. */
+enum {
+    S_R_SUM, S_R_SQ, S_N, S_LEN_SUM, S_CLIPPED, S_ZERO_GROUPS, S_PROMPTS, S_ACT_ZERO, S_TOKENS, S_CLIP_LOW, S_CLIP_HIGH,
+    S_CAPPED, S_TIS, S_ENT, S_KL, S_LOSS, S_MM, S_K3, S_NTOK, S_TRAIN_TOKENS, S_COUNT
+};
+enum { X_R_MAX, X_R_NEG_MIN, X_LEN_MAX, X_TIS_MAX, X_MM_MAX, X_ROLLOUT_S, X_TRAIN_S, X_COUNT };
+
+static void local_stats(const fp4rl_rl_session *s, const pg_ctx *pc, double *sum, double *mx)
 {
     const int64_t n = s->ro.n_seqs;
-    double sum = 0, sq = 0, mx = -INFINITY, mn = INFINITY, len_sum = 0, len_max = 0, clipped = 0;
+    mx[X_R_MAX] = mx[X_R_NEG_MIN] = -INFINITY;
     for (int64_t i = 0; i < n; i++) {
         const double r = s->rewards[i];
-        sum += r;
-        sq += r * r;
-        mx = fmax(mx, r);
-        mn = fmin(mn, r);
-        len_sum += (double)s->ro.lengths[i];
-        len_max = fmax(len_max, (double)s->ro.lengths[i]);
-        clipped += !s->ro.stopped[i];
+        sum[S_R_SUM] += r;
+        sum[S_R_SQ] += r * r;
+        mx[X_R_MAX] = fmax(mx[X_R_MAX], r);
+        mx[X_R_NEG_MIN] = fmax(mx[X_R_NEG_MIN], -r);
+        sum[S_LEN_SUM] += (double)s->ro.lengths[i];
+        mx[X_LEN_MAX] = fmax(mx[X_LEN_MAX], (double)s->ro.lengths[i]);
+        sum[S_CLIPPED] += !s->ro.stopped[i];
     }
-    (void)adv;
-    const double mean = sum / (double)n;
-    s->metrics[M_REWARD_MEAN] = mean;
-    s->metrics[M_REWARD_STD] = n > 1 ? sqrt(fmax(0.0, (sq - (double)n * mean * mean) / (double)(n - 1))) : 0.0;
-    s->metrics[M_REWARD_MAX] = mx;
-    s->metrics[M_REWARD_MIN] = mn;
-    s->metrics[M_ADV_ZERO_STD_FRAC] = (double)zero_groups / (double)s->n_prompts;
-    s->metrics[M_RESP_LEN_MEAN] = len_sum / (double)n;
-    s->metrics[M_RESP_LEN_MAX] = len_max;
-    s->metrics[M_RESP_LEN_CLIPPED] = clipped / (double)n;
-    s->metrics[M_ACT_ZERO_FRAC] = s->ro.act_zero_frac;
+    sum[S_N] = (double)n;
+    sum[S_PROMPTS] = (double)s->n_prompts;
+    sum[S_ACT_ZERO] = s->ro.act_zero_frac * (double)n;
+    sum[S_TOKENS] = pc->tokens;
+    sum[S_CLIP_LOW] = pc->clip_low;
+    sum[S_CLIP_HIGH] = pc->clip_high;
+    sum[S_CAPPED] = pc->capped;
+    sum[S_TIS] = pc->tis_sum;
+    sum[S_ENT] = pc->ent_sum;
+    sum[S_KL] = pc->kl_sum;
+    sum[S_LOSS] = pc->loss_sum;
+    mx[X_TIS_MAX] = pc->tis_max;
+    mx[X_ROLLOUT_S] = s->rollout_s;
+}
+
+static void set_metrics(fp4rl_rl_session *s, const double *sum, const double *mx, double grad_norm, int64_t updates, int dist)
+{
+    double *M = s->metrics;
+    memset(s->metrics, 0, sizeof s->metrics);
+    const double n = sum[S_N], mean = sum[S_R_SUM] / n;
+    M[M_REWARD_MEAN] = mean;
+    M[M_REWARD_STD] = n > 1 ? sqrt(fmax(0.0, (sum[S_R_SQ] - n * mean * mean) / (n - 1))) : 0.0;
+    M[M_REWARD_MAX] = mx[X_R_MAX];
+    M[M_REWARD_MIN] = -mx[X_R_NEG_MIN];
+    M[M_ADV_ZERO_STD_FRAC] = sum[S_ZERO_GROUPS] / sum[S_PROMPTS];
+    M[M_RESP_LEN_MEAN] = sum[S_LEN_SUM] / n;
+    M[M_RESP_LEN_MAX] = mx[X_LEN_MAX];
+    M[M_RESP_LEN_CLIPPED] = sum[S_CLIPPED] / n;
+    M[M_ACT_ZERO_FRAC] = dist ? sum[S_ACT_ZERO] / n : s->ro.act_zero_frac;
+    const double tok = sum[S_TOKENS] > 0 ? sum[S_TOKENS] : 1;
+    M[M_PG_LOSS] = sum[S_LOSS] / (double)updates;
+    M[M_PG_CLIPFRAC_LOW] = sum[S_CLIP_LOW] / tok;
+    M[M_PG_CLIPFRAC_HIGH] = sum[S_CLIP_HIGH] / tok;
+    M[M_TIS_MEAN] = sum[S_TIS] / tok;
+    M[M_TIS_MAX] = mx[X_TIS_MAX];
+    M[M_TIS_CAPPED_FRAC] = sum[S_CAPPED] / tok;
+    M[M_ENTROPY] = sum[S_ENT] / tok;
+    M[M_KL] = sum[S_KL] / tok;
+    M[M_MISMATCH_MEAN] = sum[S_NTOK] ? sum[S_MM] / sum[S_NTOK] : 0;
+    M[M_MISMATCH_MAX] = mx[X_MM_MAX];
+    M[M_MISMATCH_K3] = sum[S_NTOK] ? sum[S_K3] / sum[S_NTOK] : 0;
+    M[M_GRAD_NORM] = grad_norm / (double)updates;
+    M[M_LR] = s->hp[FP4RL_RL_LR];
+    const double rollout_s = mx[X_ROLLOUT_S], train_s = mx[X_TRAIN_S];
+    M[M_TIME_ROLLOUT] = rollout_s;
+    M[M_TIME_TRAIN] = train_s;
+    M[M_TIME_STEP] = rollout_s + train_s;
+    M[M_ROLLOUT_TPS] = rollout_s > 0 ? n * M[M_RESP_LEN_MEAN] / rollout_s : 0;
+    M[M_TRAIN_TPS] = train_s > 0 ? sum[S_TRAIN_TOKENS] / train_s : 0;
 }
 
 static fp4rl_status append_metrics_line(const fp4rl_rl_session *s);
 
-fp4rl_status fp4rl_rl_session_train(fp4rl_rl_session *s)
+/* Steps 4-8 on the pending rollout and rewards. `st` is the caller's status so far: in a
+ * distributed context every rank comes here, failed or not, so that all ranks agree to go on or
+ * to stop (`fn` names the entry point in the messages about other ranks). */
+static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char *entry)
 {
     const char *fn = "fp4rl_rl_session_train";
-    fp4rl_status st = check_session(s, fn);
-    if (st) return st;
-    if (!s->have_rollout || !s->have_rewards)
-        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: needs a rollout and its rewards first (fp4rl_rl_session_rollout, fp4rl_rl_session_set_rewards)", fn);
     fp4rl_model *m = s->model;
     fp4rl_context *ctx = s->ctx;
+    const int dist = fp4rl_dist_active(ctx);
+    if (st && !dist) return st;
     const double t0 = now_s();
-    const int64_t n = s->ro.n_seqs, G = (int64_t)s->hp[FP4RL_RL_GROUP_SIZE];
+    const int64_t n = st ? 0 : s->ro.n_seqs, G = (int64_t)s->hp[FP4RL_RL_GROUP_SIZE];
     const float temp = (float)s->hp[FP4RL_RL_TEMPERATURE];
     int32_t *tokens = NULL, *lengths = NULL;
     int64_t *plen = NULL, T = 0, zero_groups = 0;
-    float *adv = malloc((size_t)n * sizeof(float)), *logp_old = NULL, *logp_ref = NULL;
-    st = adv ? build_batch(s, &tokens, &lengths, &plen, &T) : fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    float *adv = NULL, *logp_old = NULL, *logp_ref = NULL;
+    if (!st) {
+        adv = malloc((size_t)n * sizeof(float));
+        st = adv ? build_batch(s, &tokens, &lengths, &plen, &T) : fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
     if (!st) {
         logp_old = malloc((size_t)(n * T) * sizeof(float));
         if (s->hp[FP4RL_RL_KL_COEF] > 0) logp_ref = malloc((size_t)(n * T) * sizeof(float));
         if (!logp_old || (s->hp[FP4RL_RL_KL_COEF] > 0 && !logp_ref)) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
-    /* a session's first update starts a fresh AdamW state: moments left by earlier supervised
-     * training are scaled to another loss and would shrink the RL updates for hundreds of steps */
-    if (!st && s->steps == 0) {
-        const size_t bytes = (size_t)m->total * sizeof(float);
-        st = ctx->be->memset0(ctx, m->adam_m, bytes);
-        if (!st) st = ctx->be->memset0(ctx, m->adam_v, bytes);
-        if (!st) m->step = 0;
-    }
-    /* 4. advantages */
+    /* 4. advantages (a prompt's group is whole on this rank) */
     if (!st) fp4rl_grpo_advantages(s->rewards, (int64_t)s->n_prompts, G, s->hp[FP4RL_RL_ADV_NORM] != 0, adv, &zero_groups);
     /* 5. log pi_old with the current weights and the training numerics */
     if (!st) st = fp4rl_model_run(m, tokens, lengths, NULL, n, T, NULL, logp_old, 0, NULL, NULL, temp, fn);
@@ -409,57 +472,77 @@ fp4rl_status fp4rl_rl_session_train(fp4rl_rl_session *s)
         m->w = live;
     }
     /* mismatch between the rollout's log mu and the trainer's log pi_old */
-    double mm_sum = 0, mm_max = 0, k3 = 0, ntok = 0;
+    double sum[S_COUNT] = {0}, mx[X_COUNT] = {0};
     for (int64_t i = 0; !st && i < n; i++)
         for (int64_t j = 0; j < s->ro.lengths[i]; j++) {
             const double mu = s->ro.logprobs[i * s->ro.max_new + j], old = logp_old[i * T + plen[i] + j];
             const double d = fabs(mu - old), r = exp(old - mu);
-            mm_sum += d;
-            mm_max = fmax(mm_max, d);
-            k3 += r - 1.0 - (old - mu);
-            ntok++;
+            sum[S_MM] += d;
+            mx[X_MM_MAX] = fmax(mx[X_MM_MAX], d);
+            sum[S_K3] += r - 1.0 - (old - mu);
+            sum[S_NTOK]++;
         }
-    /* 6-7. loss, backward, AdamW over minibatches and epochs */
+    /* every rank has its batch and log-probs: all go on, or all stop here */
+    st = fp4rl_dist_agree(ctx, st, entry);
+    /* a session's first update starts a fresh AdamW state: moments left by earlier supervised
+     * training are scaled to another loss and would shrink the RL updates for hundreds of steps */
+    if (!st && s->steps == 0) {
+        const size_t bytes = (size_t)m->total * sizeof(float);
+        st = ctx->be->memset0(ctx, m->adam_m, bytes);
+        if (!st) st = ctx->be->memset0(ctx, m->adam_v, bytes);
+        if (!st) m->step = 0;
+    }
+    /* 6-7. loss, backward, AdamW over minibatches and epochs. Minibatch b of a distributed step is
+     * every rank's local minibatch b: the loss is normalised by the counts of all of them and the
+     * gradients are summed over the ranks, so every rank applies the same update. The count of
+     * minibatches is capped by the smallest rank's completions, the same on every rank. */
     pg_ctx pc = {.s = s, .cfg = {s->hp[FP4RL_RL_CLIP_LOW], s->hp[FP4RL_RL_CLIP_HIGH], s->hp[FP4RL_RL_TIS_CAP], s->hp[FP4RL_RL_KL_COEF]},
                  .T = T, .logp_old = logp_old, .logp_ref = logp_ref, .adv = adv, .plen = plen};
-    const int64_t mbs = (int64_t)s->hp[FP4RL_RL_MINIBATCHES] < n ? (int64_t)s->hp[FP4RL_RL_MINIBATCHES] : n;
-    double gn_sum = 0, train_tokens = 0;
+    const int64_t share = dist ? (int64_t)(s->global_prompts / (size_t)ctx->world_size) * G : n;
+    const int64_t mbs = (int64_t)s->hp[FP4RL_RL_MINIBATCHES] < share ? (int64_t)s->hp[FP4RL_RL_MINIBATCHES] : share;
+    const int bf16 = s->hp[FP4RL_RL_ALLREDUCE_BF16] != 0;
+    double gn_sum = 0;
     int64_t updates = 0;
-    for (int64_t e = 0; !st && e < (int64_t)s->hp[FP4RL_RL_EPOCHS]; e++)
-        for (int64_t b = 0; !st && b < mbs; b++) {
+    int stopped = st != FP4RL_OK; /* a failure every rank knows of: no more collectives */
+    for (int64_t e = 0; !stopped && e < (int64_t)s->hp[FP4RL_RL_EPOCHS]; e++)
+        for (int64_t b = 0; !stopped && b < mbs; b++) {
             pc.seq0 = n * b / mbs;
             pc.nseq = n * (b + 1) / mbs - pc.seq0;
+            double norm[2] = {0, 0}; /* tokens, non-empty completions */
+            for (int64_t i = pc.seq0; i < pc.seq0 + pc.nseq; i++) {
+                norm[0] += (double)s->ro.lengths[i];
+                norm[1] += s->ro.lengths[i] > 0;
+            }
+            /* with the counts, whether the previous minibatch's update failed on some rank */
+            if ((st = fp4rl_dist_agree_sum(ctx, st, norm, 2, entry))) {
+                stopped = 1;
+                break;
+            }
+            pc.total = norm[0];
+            pc.nonempty = norm[1];
             const fp4rl_loss_hook hook = {pg_hook, &pc};
-            double loss, gn;
+            double loss, gn = 0;
             st = fp4rl_model_run(m, tokens + pc.seq0 * T, lengths + pc.seq0, NULL, pc.nseq, T, NULL, NULL, 1, &loss, &hook, temp, fn);
+            if ((st = fp4rl_dist_agree(ctx, st, entry))) {
+                stopped = 1;
+                break;
+            }
+            st = fp4rl_dist_sum_f32(ctx, m->g, m->total, bf16);
             if (!st) st = fp4rl_model_update(m, s->hp[FP4RL_RL_LR], s->hp[FP4RL_RL_WEIGHT_DECAY], s->hp[FP4RL_RL_GRAD_CLIP], &gn);
             gn_sum += gn;
             updates++;
-            for (int64_t i = pc.seq0; i < pc.seq0 + pc.nseq; i++) train_tokens += lengths[i];
+            for (int64_t i = pc.seq0; i < pc.seq0 + pc.nseq; i++) sum[S_TRAIN_TOKENS] += lengths[i];
         }
+    if (!stopped) st = fp4rl_dist_agree(ctx, st, entry); /* the last update */
     if (!st) {
-        memset(s->metrics, 0, sizeof s->metrics);
-        reward_metrics(s, adv, zero_groups);
-        const double tok = pc.tokens > 0 ? pc.tokens : 1;
-        s->metrics[M_PG_LOSS] = pc.loss_sum / (double)updates;
-        s->metrics[M_PG_CLIPFRAC_LOW] = pc.clip_low / tok;
-        s->metrics[M_PG_CLIPFRAC_HIGH] = pc.clip_high / tok;
-        s->metrics[M_TIS_MEAN] = pc.tis_sum / tok;
-        s->metrics[M_TIS_MAX] = pc.tis_max;
-        s->metrics[M_TIS_CAPPED_FRAC] = pc.capped / tok;
-        s->metrics[M_ENTROPY] = pc.ent_sum / tok;
-        s->metrics[M_KL] = pc.kl_sum / tok;
-        s->metrics[M_MISMATCH_MEAN] = ntok ? mm_sum / ntok : 0;
-        s->metrics[M_MISMATCH_MAX] = mm_max;
-        s->metrics[M_MISMATCH_K3] = ntok ? k3 / ntok : 0;
-        s->metrics[M_GRAD_NORM] = gn_sum / (double)updates;
-        s->metrics[M_LR] = s->hp[FP4RL_RL_LR];
-        const double train_s = now_s() - t0;
-        s->metrics[M_TIME_ROLLOUT] = s->rollout_s;
-        s->metrics[M_TIME_TRAIN] = train_s;
-        s->metrics[M_TIME_STEP] = s->rollout_s + train_s;
-        s->metrics[M_ROLLOUT_TPS] = s->rollout_s > 0 ? (double)s->ro.n_seqs * s->metrics[M_RESP_LEN_MEAN] / s->rollout_s : 0;
-        s->metrics[M_TRAIN_TPS] = train_s > 0 ? train_tokens / train_s : 0;
+        sum[S_ZERO_GROUPS] = (double)zero_groups;
+        local_stats(s, &pc, sum, mx);
+        mx[X_TRAIN_S] = now_s() - t0;
+        st = fp4rl_dist_sum_f64(ctx, sum, S_COUNT);
+        if (!st) st = fp4rl_dist_max_f64(ctx, mx, X_COUNT);
+    }
+    if (!st) {
+        set_metrics(s, sum, mx, gn_sum, updates, dist);
         s->steps++;
         clear_rollout(s);
         st = append_metrics_line(s);
@@ -473,6 +556,16 @@ fp4rl_status fp4rl_rl_session_train(fp4rl_rl_session *s)
     return st;
 }
 
+fp4rl_status fp4rl_rl_session_train(fp4rl_rl_session *s)
+{
+    const char *fn = "fp4rl_rl_session_train";
+    fp4rl_status st = check_session(s, fn);
+    if (st) return st;
+    if (!s->have_rollout || !s->have_rewards)
+        st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: needs a rollout and its rewards first (fp4rl_rl_session_rollout, fp4rl_rl_session_set_rewards)", fn);
+    return train_impl(s, st, fn);
+}
+
 fp4rl_status fp4rl_rl_session_step(fp4rl_rl_session *s, const int32_t *prompts, const size_t *offsets, size_t n_prompts,
                                    fp4rl_reward_fn reward_fn, void *user)
 {
@@ -480,31 +573,27 @@ fp4rl_status fp4rl_rl_session_step(fp4rl_rl_session *s, const int32_t *prompts, 
     fp4rl_status st = check_session(s, fn);
     if (st) return st;
     if (!reward_fn) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: reward_fn is NULL", fn);
-    if ((st = do_rollout(s, prompts, offsets, n_prompts, fn))) return st;
-    const size_t n = (size_t)s->ro.n_seqs, G = (size_t)s->hp[FP4RL_RL_GROUP_SIZE];
-    double *r = malloc(n * sizeof *r);
-    if (!r) {
-        clear_rollout(s);
-        return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    }
-    for (size_t i = 0; i < n; i++) {
+    /* in a distributed context a failure before training still goes through train_impl, where
+     * every rank learns of it */
+    const int dist = fp4rl_dist_active(s->ctx);
+    if ((st = do_rollout(s, prompts, offsets, n_prompts, fn)) && !dist) return st;
+    const size_t n = st ? 0 : (size_t)s->ro.n_seqs, G = (size_t)s->hp[FP4RL_RL_GROUP_SIZE];
+    double *r = st ? NULL : malloc((n ? n : 1) * sizeof *r);
+    if (!st && !r) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    for (size_t i = 0; !st && i < n; i++) {
         const size_t p = i / G;
         r[i] = NAN;
-        int rc = reward_fn(user, p, s->prompts + s->offsets[p], s->offsets[p + 1] - s->offsets[p],
+        int rc = reward_fn(user, s->prompt0 + p, s->prompts + s->offsets[p], s->offsets[p + 1] - s->offsets[p],
                            s->ro.tokens + i * (size_t)s->ro.max_new, (size_t)s->ro.lengths[i], &r[i]);
-        if (rc != 0 || !isfinite(r[i])) {
+        if (rc != 0 || !isfinite(r[i]))
             st = rc != 0 ? fp4rl_fail(FP4RL_ERR_CALLBACK, "%s: the reward callback returned %d for completion %zu (prompt %zu, %lld tokens); the step was abandoned, the model is unchanged",
-                                      fn, rc, i, p, (long long)s->ro.lengths[i])
+                                      fn, rc, i, s->prompt0 + p, (long long)s->ro.lengths[i])
                          : fp4rl_fail(FP4RL_ERR_CALLBACK, "%s: the reward callback gave %g for completion %zu (prompt %zu, %lld tokens); rewards must be finite; the step was abandoned, the model is unchanged",
-                                      fn, r[i], i, p, (long long)s->ro.lengths[i]);
-            free(r);
-            clear_rollout(s);
-            return st;
-        }
+                                      fn, r[i], i, s->prompt0 + p, (long long)s->ro.lengths[i]);
     }
-    st = fp4rl_rl_session_set_rewards(s, r, n);
+    if (!st) st = fp4rl_rl_session_set_rewards(s, r, n);
     free(r);
-    if (!st) st = fp4rl_rl_session_train(s);
+    st = train_impl(s, st, fn);
     if (st) clear_rollout(s);
     return st;
 }
@@ -596,10 +685,14 @@ static fp4rl_status append_metrics_line(const fp4rl_rl_session *s)
 
 fp4rl_status fp4rl_rl_session_save(const fp4rl_rl_session *s, const char *dir)
 {
-    fp4rl_status st = check_session(s, "fp4rl_rl_session_save");
+    const char *fn = "fp4rl_rl_session_save";
+    fp4rl_status st = check_session(s, fn);
     if (st) return st;
-    if (!dir) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_rl_session_save: dir is NULL");
-    return fp4rl_session_save(s, dir);
+    if (!dir) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: dir is NULL", fn);
+    if (!fp4rl_dist_active(s->ctx)) return fp4rl_session_save(s, dir);
+    /* the ranks' states are identical: rank 0 writes, and every rank learns whether it did */
+    st = s->ctx->rank == 0 ? fp4rl_session_save(s, dir) : FP4RL_OK;
+    return fp4rl_dist_agree(s->ctx, st, fn);
 }
 
 fp4rl_status fp4rl_rl_session_load(fp4rl_rl_session *s, const char *dir)

@@ -22,8 +22,10 @@ struct fp4rl_rl_session {
     int64_t steps;            /* completed train phases */
     /* the pending rollout */
     int have_rollout, have_rewards;
-    int32_t *prompts;
+    int32_t *prompts;          /* this rank's prompts (all of them in one process) */
     size_t *offsets, n_prompts;
+    size_t prompt0;            /* the global index of prompts[0]: this rank's first prompt (0 in one process) */
+    size_t global_prompts;     /* prompts of the step's global batch (= n_prompts in one process) */
     fp4rl_rollout_result ro;
     double *rewards;
     double rollout_s;

@@ -114,7 +114,13 @@ static void release(fp4rl_cuda *cu)
 
 static void cuda_context_destroy(fp4rl_context *ctx)
 {
-    release(fp4rl_cuda_of(ctx));
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    if (cu && cu->nccl_comm) {
+        cudaSetDevice(cu->device);
+        if (!ctx->poisoned) cudaStreamSynchronize(cu->stream); /* collectives still queued finish first */
+        fp4rl_cuda_comm_destroy(ctx);
+    }
+    release(cu);
     ctx->impl = NULL;
 }
 
@@ -131,6 +137,7 @@ static const fp4rl_backend cuda_backend = {
     fp4rl_cuda_gemm_nt,
     cuda_context_destroy,
     fp4rl_cuda_matmul,
+    fp4rl_cuda_allreduce,
 };
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20) /* what cuBLASLt suggests for Hopper */

@@ -70,6 +70,8 @@ typedef struct fp4rl_cuda {
     /* Arrival counters of the split-K decode kernel; always all zero between launches. */
     unsigned *counters;
     size_t counters_len;
+    /* The NCCL communicator (an ncclComm_t) of a distributed context (comm.cu); NULL otherwise. */
+    void *nccl_comm;
 } fp4rl_cuda;
 
 static inline fp4rl_cuda *fp4rl_cuda_of(const fp4rl_context *ctx) { return (fp4rl_cuda *)ctx->impl; }
@@ -90,6 +92,12 @@ void fp4rl_cuda_free_bytes(fp4rl_context *ctx, void *p);
 /* Returns every cached free block to the driver. */
 void fp4rl_cuda_alloc_trim(fp4rl_cuda *cu);
 void fp4rl_cuda_alloc_destroy(fp4rl_cuda *cu);
+
+/* ---- the communicator (comm.cu) ---- */
+/* The backend's all-reduce (fp4rl_backend.allreduce) over the context's NCCL communicator. */
+fp4rl_status fp4rl_cuda_allreduce(fp4rl_context *ctx, void *buf, int64_t n, fp4rl_reduce_kind kind);
+/* Destroys the context's communicator, if any (aborts it when the context is poisoned). */
+void fp4rl_cuda_comm_destroy(fp4rl_context *ctx);
 
 /* ---- the backend's ops ---- */
 fp4rl_status fp4rl_cuda_quantize(fp4rl_context *ctx, fp4rl_tensor *q, const fp4rl_tensor *src, const fp4rl_qparams *p);

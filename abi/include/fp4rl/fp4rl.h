@@ -93,6 +93,45 @@ FP4RL_API fp4rl_status fp4rl_context_set_rng_offset(fp4rl_context *ctx, uint64_t
 FP4RL_API int fp4rl_context_device(const fp4rl_context *ctx);
 
 /* ---------------------------------------------------------------------------------------------
+ * Data parallelism over several GPUs (NCCL)
+ *
+ * fp4rl does not start processes or connect them: the host framework (torch.distributed, MPI, a
+ * launcher) gives every process its rank and the world size, and carries the bytes of one NCCL
+ * unique id from rank 0 to every other rank. Each rank then makes a CUDA context that joins the
+ * communicator, and every RL session of that context trains data-parallel (see the RL session).
+ *
+ * Every rank must make the same sequence of calls on its distributed context's sessions with the
+ * same arguments: the collectives inside them wait for every rank. A failure on one rank inside a
+ * step, a train or a checkpoint call is reported on every rank (FP4RL_ERR_*, "rank r failed ..."),
+ * provided the failing rank keeps making the same calls; a rank that stops calling leaves the
+ * others waiting, so the host framework's watchdog must end the job, as with torch.distributed.
+ *
+ * NCCL is loaded at run time (libnccl.so.2); without it, or in a build without NCCL or CUDA,
+ * these functions return FP4RL_ERR_UNSUPPORTED with a message saying which. Creating a
+ * communicator sets NCCL_NVLS_ENABLE=0 in the process environment (NVLink SHARP multicast off).
+ * ------------------------------------------------------------------------------------------- */
+#define FP4RL_NCCL_UNIQUE_ID_BYTES 128
+
+/* Creates a new NCCL unique id on rank 0 (FP4RL_NCCL_UNIQUE_ID_BYTES bytes into `id_bytes`, which
+ * holds n_bytes >= FP4RL_NCCL_UNIQUE_ID_BYTES; else FP4RL_ERR_INVALID_ARGUMENT). The id names a
+ * listening socket of this process: make one per communicator, and pass its bytes unchanged to
+ * every rank of it. Needs no GPU. */
+FP4RL_API fp4rl_status fp4rl_nccl_unique_id(void *id_bytes, size_t n_bytes);
+/* Creates a CUDA context on GPU `device_ordinal` that joins the communicator of `world_size`
+ * ranks named by the unique id `id_bytes` (n_bytes >= FP4RL_NCCL_UNIQUE_ID_BYTES) as rank `rank`
+ * (0 <= rank < world_size). Blocks until every rank has joined. world_size 1 is valid (a
+ * communicator of one rank; its sessions then train exactly as in a plain CUDA context with FP32
+ * gradient all-reduce). A bad rank, world size or id is FP4RL_ERR_INVALID_ARGUMENT; no usable GPU
+ * FP4RL_ERR_DEVICE; a build or a machine without NCCL FP4RL_ERR_UNSUPPORTED; an NCCL failure
+ * (an id from another job, a rank that never joins and times out) FP4RL_ERR_DEVICE with NCCL's
+ * message. Destroy it with fp4rl_context_destroy on every rank. */
+FP4RL_API fp4rl_status fp4rl_context_create_distributed(fp4rl_context **out, int device_ordinal, int rank, int world_size,
+                                                        const void *id_bytes, size_t n_bytes);
+/* The context's rank and world size: those given to fp4rl_context_create_distributed, or 0 and 1
+ * for any other context. Either pointer may be NULL. */
+FP4RL_API fp4rl_status fp4rl_context_get_rank(const fp4rl_context *ctx, int *rank, int *world_size);
+
+/* ---------------------------------------------------------------------------------------------
  * Tensors
  * ------------------------------------------------------------------------------------------- */
 typedef enum fp4rl_dtype {
@@ -385,12 +424,27 @@ FP4RL_API fp4rl_status fp4rl_model_set_param(fp4rl_model *m, const char *name, c
  * Prompts are passed in CSR form: prompt p is prompts[prompt_offsets[p] .. prompt_offsets[p+1]),
  * prompt_offsets has n_prompts + 1 entries, starting at 0. A prompt holds >= 1 token; its length
  * plus FP4RL_RL_MAX_NEW_TOKENS must fit the model's max_position_embeddings.
+ *
+ * Data parallelism: in a context made by fp4rl_context_create_distributed with W ranks, every rank
+ * passes the SAME global prompt list (n_prompts >= W) to fp4rl_rl_session_step / _rollout. Rank r
+ * takes prompts [n_prompts * r / W, n_prompts * (r + 1) / W) and samples for them the completions
+ * one process would sample for the whole list with the same seed (sampling is counter-based on the
+ * global completion index). Rewards and GRPO advantages are computed on the rank that holds the
+ * prompt (a group never straddles ranks); the loss is normalised by the global token or completion
+ * count; the gradients are summed over the ranks (in FP32, or BF16 with FP4RL_RL_ALLREDUCE_BF16)
+ * before the clip and AdamW, so every rank applies the same update and the weights stay
+ * bit-identical on all ranks. Optimizer step b of an epoch uses every rank's local minibatch b
+ * (FP4RL_RL_MINIBATCHES is capped by the smallest rank's completion count). Against one process
+ * on the same batch the results agree up to the order of floating-point sums (and of GEMMs run on
+ * fewer rows). The metrics are those of the global batch, the same on every rank (time/...: the
+ * slowest rank's; quant/act_zero_frac: the completion-weighted mean of the ranks').
  * ------------------------------------------------------------------------------------------- */
 typedef struct fp4rl_rl_session fp4rl_rl_session;
 
 /* The reward of one completion. Return 0 and set *reward (finite) on success; a non-zero return
  * or a NaN reward stops the step with FP4RL_ERR_CALLBACK and leaves the model and the optimizer
- * exactly as before the step. `prompt_index` is the prompt's index in the step's batch. The
+ * exactly as before the step. `prompt_index` is the prompt's index in the step's batch (the global
+ * list in a distributed context; each rank calls back only for its own prompts). The
  * callback runs on the calling thread between the rollout and the update, when no library call is
  * in progress: it may use fp4rl itself (another model, another session, even this context), but
  * must not step, train or destroy the session (or its model) that is calling it. */
@@ -415,9 +469,12 @@ typedef enum fp4rl_rlparam {
     FP4RL_RL_MINIBATCHES = 12,    /* optimizer steps per epoch, 1..n_prompts*G [1] */
     FP4RL_RL_EPOCHS = 13,         /* passes over the rollout, 1..100 [1] */
     FP4RL_RL_GRAD_CLIP = 14,      /* global-norm clip, 0 = off [1.0] */
-    FP4RL_RL_SEED = 15            /* seed of sampling, 0 .. 2^53 [0] */
+    FP4RL_RL_SEED = 15,           /* seed of sampling, 0 .. 2^53 [0] */
+    FP4RL_RL_ALLREDUCE_BF16 = 16  /* distributed contexts: 0 = all-reduce the gradients in FP32 [0];
+                                     1 = in BF16 (half the bytes; each rank's gradient and the sums
+                                     rounded to BF16). No effect in a single-process context */
 } fp4rl_rlparam;
-#define FP4RL_RL_PARAM_COUNT 16
+#define FP4RL_RL_PARAM_COUNT 17
 
 /* Creates a session that trains `model` (borrowed: it must outlive the session and belong to
  * `ctx`) with `policy` (copied; it becomes the model's policy; NULL keeps the model's). The
@@ -436,7 +493,11 @@ FP4RL_API fp4rl_status fp4rl_rl_session_step(fp4rl_rl_session *s, const int32_t 
                                              size_t n_prompts, fp4rl_reward_fn reward_fn, void *user);
 
 /* The split form, for trainers that compute rewards themselves: rollout, read the completions,
- * set one reward per completion, train. Completion i belongs to prompt i / G. */
+ * set one reward per completion, train. Completion i belongs to prompt i / G. In a distributed
+ * context these address this rank's completions only: num_completions counts them, completion i
+ * is the rank's i-th (its prompt_index is an index into the global prompt list: the rank's first
+ * prompt plus i / G), and set_rewards takes one reward per local completion. Every rank then calls
+ * fp4rl_rl_session_train. */
 FP4RL_API fp4rl_status fp4rl_rl_session_rollout(fp4rl_rl_session *s, const int32_t *prompts,
                                                 const size_t *prompt_offsets, size_t n_prompts);
 FP4RL_API fp4rl_status fp4rl_rl_session_num_completions(const fp4rl_rl_session *s, size_t *n);
@@ -456,17 +517,23 @@ FP4RL_API const char *fp4rl_rl_session_metric_name(size_t i);
 /* The last step's metrics as one JSON object ({"step": N, "reward/mean": ..., ...}) into buf
  * (NUL-terminated); *needed gets the size it needs. FP4RL_ERR_SHAPE when buf_size is too small. */
 FP4RL_API fp4rl_status fp4rl_rl_session_metrics_json(const fp4rl_rl_session *s, char *buf, size_t buf_size, size_t *needed);
-/* Appends each step's metrics JSON as a line to this file (NULL stops). */
+/* Appends each step's metrics JSON as a line to this file (NULL stops). Every rank of a distributed
+ * context that sets a file writes to it: set one on rank 0 only, or one per rank. */
 FP4RL_API fp4rl_status fp4rl_rl_session_set_metrics_file(fp4rl_rl_session *s, const char *jsonl_path);
 /* The number of completed steps. */
 FP4RL_API fp4rl_status fp4rl_rl_session_step_count(const fp4rl_rl_session *s, int64_t *steps);
 
 /* Saves the full state (master weights, optimizer moments, step, random state, policy,
  * hyper-parameters, stop tokens, config) to directory `dir`, atomically: it is written as a new
- * directory and renamed into place, so a crash never destroys the previous checkpoint. */
+ * directory and renamed into place, so a crash never destroys the previous checkpoint. In a
+ * distributed context only rank 0 writes; every rank must call it (with the same dir), and every
+ * rank returns rank 0's status. */
 FP4RL_API fp4rl_status fp4rl_rl_session_save(const fp4rl_rl_session *s, const char *dir);
 /* Restores a checkpoint saved by fp4rl_rl_session_save into this session and its model (same
- * model config). Resuming continues bit-identically on the CPU. On error nothing changes. */
+ * model config). Resuming continues bit-identically on the CPU. On error nothing changes. In a
+ * distributed context every rank reads the checkpoint (the directory must be visible to all), and
+ * when it fails on one rank it fails, with nothing changed, on every rank. Checkpoints saved
+ * before FP4RL_RL_ALLREDUCE_BF16 existed load with the session's current value of it. */
 FP4RL_API fp4rl_status fp4rl_rl_session_load(fp4rl_rl_session *s, const char *dir);
 
 #ifdef __cplusplus
