@@ -89,6 +89,55 @@ START_TEST(test_context_errors)
 }
 END_TEST
 
+/* Data parallelism without a second process: argument checks, a plain context's rank, and the
+ * build's answer (an id, or UNSUPPORTED without NCCL; DEVICE without a GPU). */
+START_TEST(test_distributed_context)
+{
+    int rank = -1, world = -1;
+    EXPECT(fp4rl_context_get_rank(ctx, &rank, &world), FP4RL_OK);
+    ck_assert_int_eq(rank, 0);
+    ck_assert_int_eq(world, 1);
+    EXPECT(fp4rl_context_get_rank(ctx, NULL, NULL), FP4RL_OK);
+    EXPECT(fp4rl_context_get_rank(NULL, &rank, &world), FP4RL_ERR_INVALID_ARGUMENT);
+
+    unsigned char id[FP4RL_NCCL_UNIQUE_ID_BYTES + 8];
+    memset(id, 0, sizeof id);
+    EXPECT(fp4rl_nccl_unique_id(NULL, sizeof id), FP4RL_ERR_INVALID_ARGUMENT);
+    EXPECT(fp4rl_nccl_unique_id(id, FP4RL_NCCL_UNIQUE_ID_BYTES - 1), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "FP4RL_NCCL_UNIQUE_ID_BYTES"));
+    const fp4rl_status have = fp4rl_nccl_unique_id(id, sizeof id);
+    ck_assert_msg(have == FP4RL_OK || have == FP4RL_ERR_UNSUPPORTED, "%s", fp4rl_last_error());
+    if (have == FP4RL_ERR_UNSUPPORTED) ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "NCCL"));
+
+    fp4rl_context *c = NULL;
+    EXPECT(fp4rl_context_create_distributed(NULL, 0, 0, 1, id, sizeof id), FP4RL_ERR_INVALID_ARGUMENT);
+    EXPECT(fp4rl_context_create_distributed(&c, -1, 0, 1, id, sizeof id), FP4RL_ERR_INVALID_ARGUMENT);
+    EXPECT(fp4rl_context_create_distributed(&c, 0, 2, 2, id, sizeof id), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "rank 2 is outside"));
+    EXPECT(fp4rl_context_create_distributed(&c, 0, -1, 2, id, sizeof id), FP4RL_ERR_INVALID_ARGUMENT);
+    EXPECT(fp4rl_context_create_distributed(&c, 0, 0, 0, id, sizeof id), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "world_size"));
+    EXPECT(fp4rl_context_create_distributed(&c, 0, 0, 1, NULL, sizeof id), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "id_bytes is NULL"));
+    EXPECT(fp4rl_context_create_distributed(&c, 0, 0, 1, id, 16), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_null(c);
+    /* valid arguments: a context on a GPU machine with NCCL; else why not */
+    const fp4rl_status st = fp4rl_context_create_distributed(&c, 0, 0, 1, id, sizeof id);
+    if (have == FP4RL_ERR_UNSUPPORTED) {
+        ck_assert_int_eq(st, FP4RL_ERR_UNSUPPORTED);
+    } else if (st == FP4RL_OK) {
+        EXPECT(fp4rl_context_get_rank(c, &rank, &world), FP4RL_OK);
+        ck_assert_int_eq(rank, 0);
+        ck_assert_int_eq(world, 1);
+        ck_assert_int_eq(fp4rl_context_device(c), FP4RL_DEVICE_CUDA);
+        fp4rl_context_destroy(c);
+    } else {
+        ck_assert_msg(st == FP4RL_ERR_DEVICE, "%s: %s", fp4rl_status_name(st), fp4rl_last_error());
+        ck_assert_ptr_null(c);
+    }
+}
+END_TEST
+
 START_TEST(test_tensor_errors)
 {
     fp4rl_tensor *t = NULL;
@@ -388,6 +437,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_version_and_names);
     tcase_add_test(tc, test_context_errors);
+    tcase_add_test(tc, test_distributed_context);
     tcase_add_test(tc, test_tensor_errors);
     tcase_add_test(tc, test_policy);
     tcase_add_test(tc, test_quantize_errors);

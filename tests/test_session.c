@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "addition_task.h"
 #include "rollout.h"
 #include "session.h"
@@ -467,6 +469,77 @@ START_TEST(test_checkpoint_resume)
 }
 END_TEST
 
+/* Rewrites the "session_params" array of dir/state.json to its first n entries. */
+static void truncate_session_params(const char *dir, int n)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    char *text = calloc(1 << 16, 1);
+    const size_t len = fread(text, 1, (1 << 16) - 1, f);
+    fclose(f);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    ck_assert_ptr_nonnull(root);
+    cJSON *hp = cJSON_GetObjectItemCaseSensitive(root, "session_params");
+    while (cJSON_GetArraySize(hp) > n) cJSON_DeleteItemFromArray(hp, cJSON_GetArraySize(hp) - 1);
+    char *out = cJSON_Print(root);
+    f = fopen(path, "wb");
+    fputs(out, f);
+    fclose(f);
+    cJSON_free(out);
+    cJSON_Delete(root);
+    free(text);
+}
+
+/* FP4RL_RL_ALLREDUCE_BF16: a 0/1 parameter, saved with the rest; checkpoints written before it
+ * existed (16 session parameters) still load and keep the session's value. */
+START_TEST(test_checkpoint_before_allreduce_param)
+{
+    fp4rl_model *m;
+    fp4rl_rl_session *s = new_session(&m, NULL, 4);
+    double v = -1;
+    ck_assert_int_eq(fp4rl_rl_session_get(s, FP4RL_RL_ALLREDUCE_BF16, &v), FP4RL_OK);
+    ck_assert_double_eq(v, 0);
+    ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_ALLREDUCE_BF16, 2), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "allreduce_bf16"));
+    ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_ALLREDUCE_BF16, 1), FP4RL_OK);
+    int32_t tok[2 * 43];
+    size_t off[3];
+    prompts_for(21, 2, tok, off);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, off, 2, sevens, NULL), FP4RL_OK); /* one process: no effect */
+    char dir[] = "/tmp/fp4rl_ckpt_XXXXXX", ck[600];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_assert_msg(fp4rl_rl_session_save(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    fp4rl_model *m2;
+    fp4rl_rl_session *s2 = new_session(&m2, NULL, 5);
+    ck_assert_msg(fp4rl_rl_session_load(s2, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert_int_eq(fp4rl_rl_session_get(s2, FP4RL_RL_ALLREDUCE_BF16, &v), FP4RL_OK);
+    ck_assert_double_eq(v, 1); /* saved */
+    /* an older checkpoint: 16 parameters; the 17th keeps the loading session's value */
+    truncate_session_params(ck, 16);
+    ck_assert_int_eq(fp4rl_rl_session_set(s2, FP4RL_RL_ALLREDUCE_BF16, 0), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_rl_session_set(s2, FP4RL_RL_LR, 0.5), FP4RL_OK);
+    ck_assert_msg(fp4rl_rl_session_load(s2, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert_int_eq(fp4rl_rl_session_get(s2, FP4RL_RL_ALLREDUCE_BF16, &v), FP4RL_OK);
+    ck_assert_double_eq(v, 0);
+    ck_assert_int_eq(fp4rl_rl_session_get(s2, FP4RL_RL_LR, &v), FP4RL_OK);
+    ck_assert_double_eq(v, 1e-3); /* the checkpoint's */
+    /* fewer than that is corrupt */
+    truncate_session_params(ck, 15);
+    ck_assert_int_eq(fp4rl_rl_session_load(s2, ck), FP4RL_ERR_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "session_params"));
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    fp4rl_rl_session_destroy(s2);
+    fp4rl_model_destroy(m2);
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("session");
@@ -480,6 +553,7 @@ int main(void)
     tcase_add_test(tc, test_split_api_and_metrics);
     tcase_add_test(tc, test_rl_raises_reward);
     tcase_add_test(tc, test_checkpoint_resume);
+    tcase_add_test(tc, test_checkpoint_before_allreduce_param);
     suite_add_tcase(su, tc);
     return fp4rl_check_run(su);
 }
