@@ -96,7 +96,7 @@ FP4RLPY_OUT(float, PyFloat_FromDouble)
 FP4RLPY_OUT(double, PyFloat_FromDouble)
 %apply uint64_t *OUT { uint64_t *seed, uint64_t *offset };
 %apply int64_t *OUT { int64_t *value, int64_t *steps };
-%apply int *OUT { int *tile };
+%apply int *OUT { int *tile, int *rank, int *world_size };
 %apply size_t *OUT { size_t *codes_bytes, size_t *scales_bytes, size_t *n, size_t *length, size_t *prompt_index };
 %apply float *OUT { float *tensor_scale };
 %apply double *OUT { double *value, double *rel_mse, double *underflow_frac, double *saturated_frac, double *nan_block_frac,
@@ -252,6 +252,14 @@ FP4RLPY_INBUF(void, scales, size_t, scales_bytes, FP4RLPY_ANY, 1, 1)
 FP4RLPY_INBUF(float, src, size_t, src_bytes, FP4RLPY_FLOAT, 4, 1)
 FP4RLPY_INBUF(int32_t, ids, size_t, n, FP4RLPY_INT, 4, 0)
 FP4RLPY_INBUF(double, rewards, size_t, n, FP4RLPY_FLOAT, 8, 0)
+FP4RLPY_INBUF(void, id_bytes, size_t, n_bytes, FP4RLPY_ANY, 1, 1)
+
+/* fp4rl_nccl_unique_id(id_bytes, n_bytes): returns the id as bytes. */
+%typemap(in, numinputs=0) (void *id_bytes, size_t n_bytes) (unsigned char id[FP4RL_NCCL_UNIQUE_ID_BYTES]) {
+    $1 = id;
+    $2 = sizeof id;
+}
+%typemap(argout) (void *id_bytes, size_t n_bytes) { FP4RLPY_APPEND(PyBytes_FromStringAndSize((const char *)$1, (Py_ssize_t)$2)) }
 
 /* Model batches: tokens [batch, seq_len] (int32), lengths [batch] (int32) or None, loss_mask
  * [batch, seq_len] (float32) or None. `tokens` is argument 2, `lengths` 3 and `loss_mask` 4 of
@@ -435,8 +443,14 @@ FP4RLPY_NOGIL(fp4rl_rl_session_load)
     fp4rlpy_mark_stepping(swig_obj[0], -1);
     fp4rlpy_end_busy(fp4rlpy_busy_root);
 }
-/* creating a CUDA context can take seconds and touches no existing context */
+/* creating a CUDA context can take seconds and touches no existing context; joining a
+ * communicator waits for the other ranks */
 %exception fp4rl_context_create {
+    Py_BEGIN_ALLOW_THREADS
+    $action
+    Py_END_ALLOW_THREADS
+}
+%exception fp4rl_context_create_distributed {
     Py_BEGIN_ALLOW_THREADS
     $action
     Py_END_ALLOW_THREADS

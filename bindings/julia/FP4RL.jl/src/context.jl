@@ -26,6 +26,53 @@ mutable struct Context <: Handle
         _check(rc)
         return finalizer(_finalize, new(out[], false, 0, false, ReentrantLock()))
     end
+
+    function Context(ordinal::Integer, rank::Integer, world_size::Integer, id::AbstractVector{UInt8})
+        out = Ref{Ptr{Cvoid}}(C_NULL)
+        bytes = Vector{UInt8}(id)
+        rc = GC.@preserve bytes ccall((:fp4rl_context_create_distributed, libfp4rl()), Cint,
+                                      (Ref{Ptr{Cvoid}}, Cint, Cint, Cint, Ptr{Cvoid}, Csize_t),
+                                      out, Cint(ordinal), Cint(rank), Cint(world_size), pointer(bytes),
+                                      Csize_t(length(bytes)))
+        _check(rc)
+        return finalizer(_finalize, new(out[], false, 0, false, ReentrantLock()))
+    end
+end
+
+"""
+    nccl_unique_id() -> Vector{UInt8}
+
+A new NCCL unique id ([`NCCL_UNIQUE_ID_BYTES`](@ref) bytes), made on rank 0 of a multi-GPU job;
+carry its bytes to every rank with the job's own means (MPI, a file) and pass them to
+[`distributed_context`](@ref). Throws `FP4RL.ERR_UNSUPPORTED` without NCCL.
+"""
+function nccl_unique_id()
+    id = zeros(UInt8, NCCL_UNIQUE_ID_BYTES)
+    GC.@preserve id begin
+        _check(ccall((:fp4rl_nccl_unique_id, libfp4rl()), Cint, (Ptr{Cvoid}, Csize_t), pointer(id), Csize_t(length(id))))
+    end
+    return id
+end
+
+"""
+    distributed_context(ordinal, rank, world_size, id) -> Context
+
+A CUDA context on GPU `ordinal` that joins the communicator of `world_size` ranks named by the
+NCCL unique id `id` (from [`nccl_unique_id`](@ref) on rank 0) as `rank` (0-based). Blocks until
+every rank has joined. Its RL sessions train data-parallel: every rank passes the same global
+prompts to [`step!`](@ref); see the C header for the split.
+"""
+distributed_context(ordinal::Integer, rank::Integer, world_size::Integer, id::AbstractVector{UInt8}) =
+    Context(ordinal, rank, world_size, id)
+
+"`rank(ctx) -> (rank = Int, world_size = Int)`: the context's rank (0-based) and world size (0 and 1 for a plain context)."
+function rank(ctx::Context)
+    r = Ref{Cint}(0)
+    w = Ref{Cint}(1)
+    _with(ctx) do
+        _check(ccall((:fp4rl_context_get_rank, libfp4rl()), Cint, (Ptr{Cvoid}, Ref{Cint}, Ref{Cint}), ctx, r, w))
+    end
+    return (rank = Int(r[]), world_size = Int(w[]))
 end
 
 _context(c::Context) = c

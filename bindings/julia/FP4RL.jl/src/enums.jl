@@ -13,7 +13,9 @@ const VERSION_NUMBER = 100
 const MAX_DIMS = 8
 const QP_COUNT = 15
 const MP_COUNT = 6
-const RL_PARAM_COUNT = 16
+const RL_PARAM_COUNT = 17
+# Bytes of an NCCL unique id ([`nccl_unique_id`](@ref)).
+const NCCL_UNIQUE_ID_BYTES = 128
 
 "Status of a call (`fp4rl_status`); [`FP4RLError`](@ref) carries one."
 @enum Status::Cint begin
@@ -154,6 +156,7 @@ end
     RL_EPOCHS = 13
     RL_GRAD_CLIP = 14
     RL_SEED = 15
+    RL_ALLREDUCE_BF16 = 16   # distributed contexts: gradients all-reduced in BF16 (1) or FP32 (0)
 end
 
 # An enum value or a plain integer as the C int of a parameter. Plain integers are accepted so

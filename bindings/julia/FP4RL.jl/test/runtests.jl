@@ -105,6 +105,15 @@ end
     catch e
         @test e isa FP4RLError && e.status in (FP4RL.ERR_DEVICE, FP4RL.ERR_UNSUPPORTED)
     end
+    # data parallelism: a plain context is rank 0 of 1; bad ranks and ids are rejected up front
+    @test FP4RL.rank(ctx) == (rank = 0, world_size = 1)
+    throws_status(() -> distributed_context(0, 2, 2, zeros(UInt8, FP4RL.NCCL_UNIQUE_ID_BYTES)), FP4RL.ERR_INVALID_ARGUMENT)
+    throws_status(() -> distributed_context(0, 0, 1, zeros(UInt8, 4)), FP4RL.ERR_INVALID_ARGUMENT)
+    try
+        @test length(nccl_unique_id()) == FP4RL.NCCL_UNIQUE_ID_BYTES
+    catch e
+        @test e isa FP4RLError && e.status == FP4RL.ERR_UNSUPPORTED
+    end
     @test isopen(ctx)
     close(ctx)
     close(ctx)                          # idempotent

@@ -24,7 +24,7 @@ from .capi import (
     ShapeError,
     UnsupportedError,
 )
-from ._context import Context, Tensor
+from ._context import Context, Tensor, nccl_unique_id
 from ._model import Model
 from ._policy import QuantPolicy
 from ._session import Completion, RLSession, pack_prompts
@@ -47,7 +47,7 @@ def last_error() -> str:
 
 
 __all__ = [
-    "Context", "Tensor", "QuantPolicy", "Model", "RLSession", "Completion", "pack_prompts",
+    "Context", "Tensor", "nccl_unique_id", "QuantPolicy", "Model", "RLSession", "Completion", "pack_prompts",
     "Error", "InvalidArgumentError", "ShapeError", "DTypeError", "UnsupportedError", "OutOfMemoryError",
     "DeviceError", "IOError_", "CorruptError", "CallbackError", "InternalError",
     "DTYPES", "PRESETS", "METRICS", "version", "last_error", "capi",

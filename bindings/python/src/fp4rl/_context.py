@@ -31,6 +31,29 @@ class Context(_Owned):
         if seed is not None:
             self.seed = seed
 
+    @classmethod
+    def distributed(cls, ordinal: int, rank: int, world_size: int, nccl_id: bytes, *, seed: int | None = None) -> "Context":
+        """A CUDA context on GPU ``ordinal`` that joins the NCCL communicator of ``world_size``
+        ranks named by ``nccl_id`` (rank 0's ``fp4rl.nccl_unique_id()``, carried to every rank by
+        the job's own means, e.g. ``torch.distributed.broadcast_object_list``) as ``rank``. Blocks
+        until every rank has joined. Its RL sessions train data-parallel: every rank passes the
+        same global prompts to ``RLSession.step``."""
+        ctx = object.__new__(cls)
+        ctx._adopt(capi.fp4rl_context_create_distributed(ordinal, rank, world_size, bytes(nccl_id)))
+        if seed is not None:
+            ctx.seed = seed
+        return ctx
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in a distributed context (0 otherwise)."""
+        return capi.fp4rl_context_get_rank(self._h)[0]
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks of a distributed context (1 otherwise)."""
+        return capi.fp4rl_context_get_rank(self._h)[1]
+
     def __repr__(self) -> str:
         return f"<fp4rl.Context {self.device if not self.closed else 'closed'}>"
 
@@ -119,6 +142,12 @@ class Context(_Owned):
         """``x`` quantized to ``format`` and dequantized back to float32, as a numpy array."""
         with self.quantize(x, format, policy, role) as q:
             return q.numpy()
+
+
+def nccl_unique_id() -> bytes:
+    """A new NCCL unique id (``capi.FP4RL_NCCL_UNIQUE_ID_BYTES`` bytes), made on rank 0 of a
+    multi-GPU job for ``Context.distributed``. UnsupportedError without NCCL."""
+    return capi.fp4rl_nccl_unique_id()
 
 
 def _bytes_view(x) -> memoryview | np.ndarray:

@@ -88,6 +88,12 @@ pub const FP4RL_DEVICE_CPU: fp4rl_device = 0;
 pub const FP4RL_DEVICE_CUDA: fp4rl_device = 1;
 
 // ---------------------------------------------------------------------------------------------
+// Data parallelism over several GPUs (NCCL)
+// ---------------------------------------------------------------------------------------------
+/// Bytes of an NCCL unique id (`fp4rl_nccl_unique_id`).
+pub const FP4RL_NCCL_UNIQUE_ID_BYTES: c_int = 128;
+
+// ---------------------------------------------------------------------------------------------
 // Tensors
 // ---------------------------------------------------------------------------------------------
 pub type fp4rl_dtype = c_int;
@@ -222,7 +228,8 @@ pub const FP4RL_RL_MINIBATCHES: fp4rl_rlparam = 12;
 pub const FP4RL_RL_EPOCHS: fp4rl_rlparam = 13;
 pub const FP4RL_RL_GRAD_CLIP: fp4rl_rlparam = 14;
 pub const FP4RL_RL_SEED: fp4rl_rlparam = 15;
-pub const FP4RL_RL_PARAM_COUNT: c_int = 16;
+pub const FP4RL_RL_ALLREDUCE_BF16: fp4rl_rlparam = 16;
+pub const FP4RL_RL_PARAM_COUNT: c_int = 17;
 
 // Functions, in the header's order. `size_t` is `usize` (the same width and ABI on every
 // platform Rust and the library support); `const T *` is `*const T`, `T *` is `*mut T`.
@@ -242,6 +249,18 @@ extern "C" {
     pub fn fp4rl_context_get_rng(ctx: *const fp4rl_context, seed: *mut u64, offset: *mut u64) -> fp4rl_status;
     pub fn fp4rl_context_set_rng_offset(ctx: *mut fp4rl_context, offset: u64) -> fp4rl_status;
     pub fn fp4rl_context_device(ctx: *const fp4rl_context) -> c_int;
+
+    // Data parallelism (NCCL)
+    pub fn fp4rl_nccl_unique_id(id_bytes: *mut c_void, n_bytes: usize) -> fp4rl_status;
+    pub fn fp4rl_context_create_distributed(
+        out: *mut *mut fp4rl_context,
+        device_ordinal: c_int,
+        rank: c_int,
+        world_size: c_int,
+        id_bytes: *const c_void,
+        n_bytes: usize,
+    ) -> fp4rl_status;
+    pub fn fp4rl_context_get_rank(ctx: *const fp4rl_context, rank: *mut c_int, world_size: *mut c_int) -> fp4rl_status;
 
     // Tensors
     pub fn fp4rl_dtype_name(dtype: fp4rl_dtype) -> *const c_char;

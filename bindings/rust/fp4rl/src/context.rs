@@ -63,6 +63,37 @@ impl Context {
         Context::new(Device::Cuda, ordinal)
     }
 
+    /// A CUDA context on GPU `ordinal` that joins the NCCL communicator of `world_size` ranks
+    /// named by `nccl_id` (rank 0's [`nccl_unique_id`], carried to every rank by the job's own
+    /// means) as `rank`. Blocks until every rank has joined. Its RL sessions train
+    /// data-parallel: every rank passes the same global prompts to the session's step.
+    /// [`Status::Unsupported`](crate::Status::Unsupported) without NCCL.
+    pub fn distributed(ordinal: i32, rank: i32, world_size: i32, nccl_id: &[u8]) -> Result<Context> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer and `nccl_id` a readable slice of its length.
+        check(unsafe {
+            sys::fp4rl_context_create_distributed(
+                &mut raw,
+                ordinal,
+                rank,
+                world_size,
+                nccl_id.as_ptr().cast(),
+                nccl_id.len(),
+            )
+        })?;
+        Ok(Context {
+            raw: NonNull::new(raw).expect("fp4rl_context_create_distributed returned OK and NULL"),
+        })
+    }
+
+    /// This process's rank and the world size (0 and 1 for a context that is not distributed).
+    pub fn rank(&self) -> Result<(i32, i32)> {
+        let (mut rank, mut world_size) = (0, 1);
+        // SAFETY: a live handle and valid out-pointers.
+        check(unsafe { sys::fp4rl_context_get_rank(self.raw.as_ptr(), &mut rank, &mut world_size) })?;
+        Ok((rank, world_size))
+    }
+
     /// The context's device.
     pub fn device(&self) -> Device {
         // SAFETY: a live handle.
@@ -94,6 +125,15 @@ impl Context {
     pub fn as_ptr(&self) -> *mut sys::fp4rl_context {
         self.raw.as_ptr()
     }
+}
+
+/// A new NCCL unique id (`FP4RL_NCCL_UNIQUE_ID_BYTES` bytes), made on rank 0 of a multi-GPU job
+/// for [`Context::distributed`]. [`Status::Unsupported`](crate::Status::Unsupported) without NCCL.
+pub fn nccl_unique_id() -> Result<Vec<u8>> {
+    let mut id = vec![0u8; sys::FP4RL_NCCL_UNIQUE_ID_BYTES as usize];
+    // SAFETY: `id` is a writable buffer of the length passed.
+    check(unsafe { sys::fp4rl_nccl_unique_id(id.as_mut_ptr().cast(), id.len()) })?;
+    Ok(id)
 }
 
 impl Drop for Context {

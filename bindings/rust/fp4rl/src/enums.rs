@@ -268,5 +268,7 @@ c_enum! {
         GradClip = sys::FP4RL_RL_GRAD_CLIP,
         /// seed of sampling, 0 .. 2^53 [0]
         Seed = sys::FP4RL_RL_SEED,
+        /// distributed contexts: 0 = all-reduce the gradients in FP32 [0]; 1 = in BF16
+        AllreduceBf16 = sys::FP4RL_RL_ALLREDUCE_BF16,
     }
 }

@@ -133,6 +133,31 @@ fn context_errors() {
 }
 
 #[test]
+fn distributed_context_arguments() -> Result<()> {
+    assert_eq!(Context::cpu()?.rank()?, (0, 1), "a plain context is rank 0 of 1");
+    let id = match nccl_unique_id() {
+        Ok(id) => id,
+        Err(e) => {
+            assert_eq!(e.status(), Status::Unsupported, "{e}");
+            vec![0u8; sys::FP4RL_NCCL_UNIQUE_ID_BYTES as usize]
+        }
+    };
+    assert_eq!(id.len(), sys::FP4RL_NCCL_UNIQUE_ID_BYTES as usize);
+    assert_err(Context::distributed(0, 2, 2, &id), Status::InvalidArgument, &["rank 2"]);
+    assert_err(
+        Context::distributed(0, 0, 0, &id),
+        Status::InvalidArgument,
+        &["world_size"],
+    );
+    assert_err(
+        Context::distributed(0, 0, 1, &id[..8]),
+        Status::InvalidArgument,
+        &["8 bytes"],
+    );
+    Ok(())
+}
+
+#[test]
 fn context_is_send_and_works_on_another_thread() -> Result<()> {
     fn assert_send<T: Send>() {}
     assert_send::<Context>();
