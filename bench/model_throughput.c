@@ -6,7 +6,7 @@
  *   rollout: generated tokens/s of fp4rl_rl_session_rollout, 64-token prompts, 128 new tokens,
  *            64 and 256 sequences, BF16 rollout and FP4 (HiF4 W4A4 + ResQ 2:4) rollout
  * The PyTorch + HF transformers reference of the same shapes is bench/model_throughput_torch.py.
- *   fp4rl_model_throughput [--cpu]
+ *   fp4rl_model_throughput [--cpu] [--rollout-only]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -39,15 +39,27 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
+    int cpu = 0, rollout_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--cpu")) cpu = 1;
+        else if (!strcmp(argv[i], "--rollout-only")) rollout_only = 1;
+        else {
+            fprintf(stderr, "usage: %s [--cpu] [--rollout-only]\n", argv[0]);
+            return 2;
+        }
+    }
     fp4rl_context *ctx = NULL;
-    if (!(argc > 1 && !strcmp(argv[1], "--cpu")) && fp4rl_context_create(&ctx, FP4RL_DEVICE_CUDA, 0) != FP4RL_OK) ctx = NULL;
+    if (!cpu && fp4rl_context_create(&ctx, FP4RL_DEVICE_CUDA, 0) != FP4RL_OK) ctx = NULL;
     if (!ctx) CHECK(fp4rl_context_create(&ctx, FP4RL_DEVICE_CPU, 0));
     printf("# fp4rl model throughput on the %s\n\n", fp4rl_context_device(ctx) ? "GPU" : "CPU");
     enum { B = 16, T = 512 };
     int32_t *tok = malloc(sizeof(int32_t) * B * T);
     for (int i = 0; i < B * T; i++) tok[i] = (int32_t)((i * 7919u + 13u) % 32000u);
     printf("| what | numerics | tokens/s |\n|---|---|---|\n");
-    for (int fp4 = 0; fp4 < 2; fp4++) {
+    /* 0: BF16; 1: HiF4 W4A4 without ResQ; 2: the HiF4 recipe (W4A4 + ResQ 2:4, FP4 training) */
+    static const char *const names[3] = {"BF16", "W4A4 HiF4", "W4A4 HiF4 + ResQ 2:4"};
+    for (int v = 0; v < 3; v++) {
+        const int fp4 = v > 0;
         fp4rl_quant_policy *p;
         fp4rl_model *m;
         CHECK(fp4rl_quant_policy_create(&p));
@@ -56,14 +68,17 @@ int main(int argc, char **argv)
             CHECK(fp4rl_quant_policy_set(p, FP4RL_QP_TRAIN_NUMERICS, FP4RL_NUMERICS_BF16));
             CHECK(fp4rl_quant_policy_set(p, FP4RL_QP_ROLLOUT_NUMERICS, FP4RL_NUMERICS_BF16));
         }
+        if (v == 1) CHECK(fp4rl_quant_policy_set(p, FP4RL_QP_RESQ, FP4RL_RESQ_OFF));
         CHECK(fp4rl_model_create(&m, ctx, CONFIG, p, 1));
-        double loss;
-        CHECK(fp4rl_model_train_step(m, tok, NULL, NULL, B, T, &loss, NULL)); /* warm-up */
-        const int reps = 3;
-        double t0 = now();
-        for (int r = 0; r < reps; r++) CHECK(fp4rl_model_train_step(m, tok, NULL, NULL, B, T, &loss, NULL));
-        printf("| train step, 16 x 512 | %s | %.0f |\n", fp4 ? "FP4 (HiF4, SR dY)" : "BF16", reps * B * T / (now() - t0));
-        fflush(stdout);
+        if (!rollout_only && v != 1) {
+            double loss;
+            CHECK(fp4rl_model_train_step(m, tok, NULL, NULL, B, T, &loss, NULL)); /* warm-up */
+            const int reps = 3;
+            double t0 = now();
+            for (int r = 0; r < reps; r++) CHECK(fp4rl_model_train_step(m, tok, NULL, NULL, B, T, &loss, NULL));
+            printf("| train step, 16 x 512 | %s | %.0f |\n", fp4 ? "FP4 (HiF4, SR dY)" : "BF16", reps * B * T / (now() - t0));
+            fflush(stdout);
+        }
         for (int k = 0; k < 2; k++) {
             const size_t n_prompts = k ? 32 : 8; /* x 8 completions = 64 or 256 sequences */
             fp4rl_rl_session *s;
@@ -83,7 +98,7 @@ int main(int argc, char **argv)
                 CHECK(fp4rl_rl_session_completion(s, i, NULL, NULL, 0, &len, NULL));
                 gen += (double)len;
             }
-            printf("| rollout, %zu sequences, 64 + 128 tokens | %s | %.0f |\n", n, fp4 ? "W4A4 HiF4 + ResQ 2:4" : "BF16", gen / dt);
+            printf("| rollout, %zu sequences, 64 + 128 tokens | %s | %.0f |\n", n, names[v], gen / dt);
             fflush(stdout);
             free(off);
             fp4rl_rl_session_destroy(s);

@@ -40,6 +40,7 @@ struct fp4rl_model {
     int64_t total;                   /* floats in the parameter buffer */
     float *w, *g, *adam_m, *adam_v;  /* device buffers of `total` floats */
     float *scalar;                   /* device scratch: [0] loss, [1] grad norm, [2] dloss = 1 */
+    int rollout_generic;             /* tests: 1 = the rollout never takes its fused linear path */
 };
 
 /* Index of the parameter of layer l, kind k (FP4RL_LP_*); of the embedding, final norm, LM head. */

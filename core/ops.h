@@ -175,6 +175,24 @@ typedef struct fp4rl_ops {
     fp4rl_status (*sample_rows)(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B,
                                 int64_t V, float temperature, int64_t top_k, uint64_t seed, uint64_t offset,
                                 uint64_t row0);
+
+    /* ---- the rollout's fused linear path (core/rollout.c) ---------------------------------
+     * The GEMM operand of rollout activations x [N, K] in one pass, as BF16 bit patterns; every
+     * value written is exactly representable, so the GEMM's products are the generic path's:
+     *   fmt < 0: x rounded to BF16 (BF16 numerics); out [N, K].
+     *   fmt = FP4RL_QDQ_* (qdq_block.h): xq = dequantize(quantize(x)), 1D blocks along K, round to
+     *   nearest. resq = FP4RL_RESQ_DENSE or _2_4: out [N, 2K], row n = xq | S(qdq(x - xq)) (the
+     *   residual re-quantized with fresh scales, masked as resq_mask does), so one GEMM against
+     *   [Wq | Wq] gives Q(x) Wq^T + S(Q(R)) Wq^T; resq = OFF: out [N, K] = xq.
+     * counts (fmt >= 0; may be NULL): counts[0] += #{x != 0}, counts[1] += #{x != 0, xq == 0},
+     * integer sums, exact and order-free. */
+    fp4rl_status (*rollout_act)(fp4rl_context *ctx, uint16_t *out, unsigned long long *counts, const float *x, int64_t N,
+                                int64_t K, int fmt, int truncation_free, int resq);
+    /* y [N, OUT] = x [N, IN] w^T (+ b): BF16 operands (bit patterns), FP32 products and sums. */
+    fp4rl_status (*linear_forward_bf16)(fp4rl_context *ctx, float *y, const uint16_t *x, const uint16_t *w, const float *b,
+                                        int64_t N, int64_t IN, int64_t OUT);
+    /* dst[r * ld + c] = the BF16 bits of src[r * cols + c] (round to nearest even). */
+    fp4rl_status (*pack_bf16)(fp4rl_context *ctx, uint16_t *dst, int64_t ld, const float *src, int64_t rows, int64_t cols);
 } fp4rl_ops;
 
 FP4RL_HIDDEN extern const fp4rl_ops fp4rl_cpu_ops;

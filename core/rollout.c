@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qdq_block.h"
 #include "rollout.h"
 
 fp4rl_status fp4rl_rollout_linear(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, int resq, float *y,
@@ -41,6 +42,76 @@ fp4rl_status fp4rl_rollout_linear(fp4rl_model *m, fp4rl_arena *a, const fp4rl_li
     if (!st) st = ops->linear_forward(ctx, y2, rq, wq, NULL, N, IN, OUT);
     if (!st) st = ops->residual_forward(ctx, y, y, y2, N * OUT);
     return st;
+}
+
+/* ---- the fused path: one activation kernel and one BF16 GEMM per linear ----
+ * Taken when both GEMM operands are exactly BF16-representable and the activation's quantization
+ * needs no statistic across rows: weights BF16 or MXFP4 / HiF4 (any tiles), activations BF16 or
+ * MXFP4 / HiF4 in 1D blocks with round-to-nearest, ResQ off, dense or 2:4. The products are then
+ * those of the generic path (dequantized operands in an FP32 GEMM), only summed in another order;
+ * ResQ's two GEMMs become one over [Q(x) | S(Q(R))] and [Wq | Wq]. Anything else (FP32 numerics,
+ * NVFP4's tensor scale, MXFP8's possible BF16 subnormals, 2D activation tiles, stochastic
+ * activations, channel-50 / block-50) runs the generic fp4rl_rollout_linear. */
+typedef struct fast_plan {
+    int on;
+    int fmt;  /* activation: FP4RL_QDQ_* or -1 for BF16 */
+    int tf;   /* truncation-free MX scales */
+    int resq; /* FP4RL_RESQ_OFF / _DENSE / _2_4 */
+} fast_plan;
+
+static int qdq_format(fp4rl_dtype d)
+{
+    return d == FP4RL_DTYPE_MXFP4 ? FP4RL_QDQ_MXFP4 : d == FP4RL_DTYPE_HIF4 ? FP4RL_QDQ_HIF4 : -2;
+}
+
+static fast_plan plan_fast(fp4rl_model *m, const fp4rl_linear_spec *s, int resq)
+{
+    fast_plan f = {0, -1, 0, FP4RL_RESQ_OFF};
+    const fp4rl_num_mode mw = s->mode[FP4RL_ROLE_WEIGHT], mx = s->mode[FP4RL_ROLE_ACTIVATION];
+    if (m->rollout_generic || !m->ops->rollout_act || !m->ops->linear_forward_bf16 || !m->ops->pack_bf16) return f;
+    if (mw == FP4RL_NUM_FP32 || mx == FP4RL_NUM_FP32) return f;
+    if (mw == FP4RL_NUM_FP4 && qdq_format(s->fmt[FP4RL_ROLE_WEIGHT]) < 0) return f;
+    if (mx == FP4RL_NUM_FP4) {
+        fp4rl_qparams p;
+        const fp4rl_dtype fx = s->fmt[FP4RL_ROLE_ACTIVATION];
+        if (qdq_format(fx) < 0 || s->tile[FP4RL_ROLE_ACTIVATION] != 0) return f;
+        if (fp4rl_policy_resolve(m->policy, fx, FP4RL_ROLE_ACTIVATION, m->ctx, &p, "rollout") || p.stochastic) return f;
+        if (resq != FP4RL_RESQ_OFF && resq != FP4RL_RESQ_DENSE && resq != FP4RL_RESQ_2_4) return f;
+        f.fmt = qdq_format(fx);
+        f.tf = p.truncation_free;
+        f.resq = resq;
+    }
+    f.on = 1;
+    return f;
+}
+
+/* Columns of the fused GEMM: K, or 2K with ResQ. */
+static int64_t fast_cols(const fast_plan *f, int64_t K)
+{
+    return f->fmt >= 0 && (f->resq == FP4RL_RESQ_DENSE || f->resq == FP4RL_RESQ_2_4) ? 2 * K : K;
+}
+
+/* The weight operand of a fused linear: wq (the rollout weight values, [OUT, K]) in BF16,
+ * twice side by side with ResQ. */
+static uint16_t *fast_weight(fp4rl_model *m, fp4rl_arena *keep, const fast_plan *f, const float *wq, int64_t OUT, int64_t K)
+{
+    const int64_t kx = fast_cols(f, K);
+    uint16_t *wb = fp4rl_arena_alloc(keep, OUT * kx, sizeof(uint16_t));
+    if (!wb) return NULL;
+    keep->st = m->ops->pack_bf16(m->ctx, wb, kx, wq, OUT, K);
+    if (!keep->st && kx != K) keep->st = m->ops->pack_bf16(m->ctx, wb + K, kx, wq, OUT, K);
+    return keep->st ? NULL : wb;
+}
+
+static fp4rl_status fast_linear(fp4rl_model *m, fp4rl_arena *a, const fast_plan *f, float *y, const float *x,
+                                const uint16_t *wb, const float *b, int64_t N, int64_t K, int64_t OUT,
+                                unsigned long long *counts)
+{
+    const int64_t kx = fast_cols(f, K);
+    uint16_t *xb = fp4rl_arena_alloc(a, N * kx, sizeof(uint16_t));
+    if (!xb) return a->st;
+    fp4rl_status st = m->ops->rollout_act(m->ctx, xb, f->fmt >= 0 ? counts : NULL, x, N, K, f->fmt, f->tf, f->resq);
+    return st ? st : m->ops->linear_forward_bf16(m->ctx, y, xb, wb, b, N, kx, OUT);
 }
 
 void fp4rl_rollout_result_free(fp4rl_rollout_result *res)
@@ -101,8 +172,12 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
     /* 1. sync: the rollout copy of every weight, from the FP32 master weights */
     fp4rl_linear_spec s_qk = fp4rl_block_linear_spec(m, 1, 1), s_blk = fp4rl_block_linear_spec(m, 0, 1);
     fp4rl_linear_spec s_head = fp4rl_head_linear_spec(m, 1);
+    const fast_plan f_qk = plan_fast(m, &s_qk, resq), f_blk = plan_fast(m, &s_blk, resq), f_head = plan_fast(m, &s_head, 0);
     float **wq = calloc((size_t)(L * R_COUNT + 1), sizeof(float *));
-    if (!wq) {
+    uint16_t **wb = calloc((size_t)(L * R_COUNT + 1), sizeof(uint16_t *));
+    if (!wq || !wb) {
+        free(wq);
+        free(wb);
         st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
         goto out;
     }
@@ -110,13 +185,20 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
         for (int r = 0; r < R_COUNT && !st; r++) {
             const fp4rl_param *p = &m->params[fp4rl_model_lp((int)l, weight_of[r])];
             const fp4rl_linear_spec *s = r <= R_K ? &s_qk : &s_blk;
+            const fast_plan *f = r <= R_K ? &f_qk : &f_blk;
             float *w = m->w + p->offset;
             wq[l * R_COUNT + r] = w;
             if (s->mode[FP4RL_ROLE_WEIGHT] == FP4RL_NUM_FP32) continue;
-            wq[l * R_COUNT + r] = fp4rl_arena_f32(&keep, p->numel);
-            st = keep.st ? keep.st
-                         : fp4rl_linear_operand(m, &keep, wq[l * R_COUNT + r], w, p->dims[0], p->dims[1], s,
-                                                FP4RL_ROLE_WEIGHT, 0);
+            fp4rl_arena tmp = {.ctx = ctx}, *wa = f->on ? &tmp : &keep; /* the fused path keeps only BF16 */
+            wq[l * R_COUNT + r] = fp4rl_arena_f32(wa, p->numel);
+            st = wa->st ? wa->st
+                        : fp4rl_linear_operand(m, wa, wq[l * R_COUNT + r], w, p->dims[0], p->dims[1], s,
+                                               FP4RL_ROLE_WEIGHT, 0);
+            if (!st && f->on) {
+                wb[l * R_COUNT + r] = fast_weight(m, &keep, f, wq[l * R_COUNT + r], p->dims[0], p->dims[1]);
+                st = keep.st;
+            }
+            if (f->on) fp4rl_arena_free(&tmp);
         }
     float *head = fp4rl_model_w(m, fp4rl_model_p_head(m));
     float *whead = head;
@@ -124,6 +206,14 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
         whead = fp4rl_arena_f32(&keep, V * C);
         st = keep.st ? keep.st : fp4rl_linear_operand(m, &keep, whead, head, V, C, &s_head, FP4RL_ROLE_WEIGHT, 0);
     }
+    res->fused_linears = L * (5 * f_blk.on + 2 * f_qk.on) + f_head.on;
+    uint16_t *whead_b = NULL;
+    if (!st && f_head.on) {
+        whead_b = fast_weight(m, &keep, &f_head, whead, V, C);
+        st = keep.st;
+    }
+    unsigned long long *counts64 = fp4rl_arena_alloc(&keep, L * R_COUNT * 2, sizeof(unsigned long long));
+    if (!st && !keep.st) st = ctx->be->memset0(ctx, counts64, (size_t)(L * R_COUNT * 2) * sizeof(unsigned long long));
     /* the KV cache and per-step buffers */
     float **kc = calloc((size_t)L, sizeof(float *)), **vc = calloc((size_t)L, sizeof(float *));
     float *counts = fp4rl_arena_zeros(&keep, L * R_COUNT * 2);
@@ -158,8 +248,12 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
         }
 #define TRY(call) do { if ((st = (call)) != FP4RL_OK) goto step_end; } while (0)
 #define W(l, k) fp4rl_model_w(m, fp4rl_model_lp((int)(l), k))
-#define LIN(s, r, y, xin, bias, IN, OUT) \
-    fp4rl_rollout_linear(m, &step, s, resq, y, xin, wq[l * R_COUNT + (r)], bias, B, IN, OUT, counts + (l * R_COUNT + (r)) * 2)
+#define LIN(s, r, y, xin, bias, IN, OUT)                                                                        \
+    ((s) == &s_qk ? f_qk.on : f_blk.on)                                                                         \
+        ? fast_linear(m, &step, (s) == &s_qk ? &f_qk : &f_blk, y, xin, wb[l * R_COUNT + (r)], bias, B, IN, OUT, \
+                      counts64 + (l * R_COUNT + (r)) * 2)                                                         \
+        : fp4rl_rollout_linear(m, &step, s, resq, y, xin, wq[l * R_COUNT + (r)], bias, B, IN, OUT,              \
+                               counts + (l * R_COUNT + (r)) * 2)
         TRY(ctx->be->upload(ctx, d_tok, cur, (size_t)B * 4));
         TRY(ctx->be->upload(ctx, d_pos, pos, (size_t)B * 4));
         TRY(ops->embedding_forward(ctx, x, d_tok, fp4rl_model_w(m, fp4rl_model_p_embed()), B, V, C));
@@ -183,7 +277,9 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
             TRY(ops->residual_forward(ctx, x, x1, o, B * C));
         }
         TRY(ops->rmsnorm_forward(ctx, ln, rstd, x, fp4rl_model_w(m, fp4rl_model_p_norm(m)), B, C, eps));
-        {
+        if (f_head.on) {
+            TRY(fast_linear(m, &step, &f_head, logits, ln, whead_b, NULL, B, C, V, NULL));
+        } else {
             float *lq = ln;
             if (s_head.mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUM_BF16) TRY(ops->round_bf16(ctx, lq, ln, B * C));
             TRY(ops->linear_forward(ctx, logits, lq, whead, NULL, B, C, V));
@@ -212,6 +308,11 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
     }
     res->offset_end = cfg->offset + (uint64_t)(Tmax > 0 ? Tmax - 1 : 0);
     if (!st) st = ctx->be->download(ctx, hcounts, counts, (size_t)(L * R_COUNT * 2) * sizeof(float));
+    unsigned long long *h64 = calloc((size_t)(L * R_COUNT * 2), sizeof(unsigned long long));
+    if (!st && !h64) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
+    if (!st) st = ctx->be->download(ctx, h64, counts64, (size_t)(L * R_COUNT * 2) * sizeof(unsigned long long));
+    for (int64_t i = 0; !st && i < L * R_COUNT * 2; i++) hcounts[i] += (float)h64[i]; /* one path per linear: one is 0 */
+    free(h64);
     if (!st) { /* the mean over linear layers of each one's underflow fraction */
         double sum = 0;
         int64_t layers = 0;
@@ -225,6 +326,7 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
     free(kc);
     free(vc);
     free(wq);
+    free(wb);
 out:
     fp4rl_arena_free(&step);
     fp4rl_arena_free(&keep);

@@ -27,6 +27,7 @@ typedef struct fp4rl_rollout_result {
     double act_zero_frac;   /* quant/act_zero_frac over the block linears (0 without FP4 activations) */
     uint64_t offset_end;    /* the sampling offset after the last step */
     int64_t decode_steps;
+    int64_t fused_linears;  /* linear layers (of 7 L + 1) that ran the fused BF16 path */
 } fp4rl_rollout_result;
 
 /* Runs the rollout for n_prompts prompts (CSR: prompt p = prompts[offsets[p] .. offsets[p+1])).

@@ -41,7 +41,7 @@ typedef struct fp4rl_cuda_alloc {
 size_t fp4rl_cuda_bucket_size(size_t bytes);
 
 /* ---- a cached cuBLASLt plan (gemm.cu) ---- */
-#define FP4RL_CUDA_PLAN_CACHE 16
+#define FP4RL_CUDA_PLAN_CACHE 48
 typedef struct fp4rl_cuda_plan {
     int valid;
     int64_t m, n, k;
@@ -106,6 +106,10 @@ fp4rl_status fp4rl_cuda_transpose(fp4rl_context *ctx, fp4rl_tensor *out, const f
 fp4rl_status fp4rl_cuda_gemm_nt(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b, float alpha);
 fp4rl_status fp4rl_cuda_matmul(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b);
 void fp4rl_cuda_gemm_destroy(fp4rl_cuda *cu);
+/* Row-major c[M,N] = alpha * a[M,K] b[N,K]^T + beta * c on cuBLASLt with a cached plan (gemm.cu;
+ * FP32 compute, never TF32), on the context stream. 1: launched; 0: no algorithm (caller falls back). */
+int fp4rl_cuda_lt_gemm(fp4rl_cuda *cu, int64_t M, int64_t N, int64_t K, const void *a, const void *b, cudaDataType_t ab, void *c,
+                       cudaDataType_t ct, float alpha, float beta);
 
 /* Dequantizes q into a dense BF16/F32 device buffer of q's [R, C] shape (unscaled: without
  * NVFP4's g). When `inexact` is not NULL, *inexact is set when some value is not exactly

@@ -147,15 +147,10 @@ fp4rl_cuda_plan *get_plan(fp4rl_cuda *cu, int64_t M, int64_t N, int64_t K, cudaD
     return pl;
 }
 
-/* 1: done; 0: cuBLASLt has no algorithm for it (use the fallback). */
 int lt_gemm(fp4rl_cuda *cu, int64_t M, int64_t N, int64_t K, const void *a, const void *b, cudaDataType_t ab, void *c,
             cudaDataType_t ct, float alpha)
 {
-    fp4rl_cuda_plan *pl = get_plan(cu, M, N, K, ab, ct);
-    if (!pl || !pl->has_algo) return 0;
-    const float beta = 0.0f;
-    return cublasLtMatmul(cu->lt, pl->desc, &alpha, b, pl->la, a, pl->lb, &beta, c, pl->lc, c, pl->lc, &pl->algo, cu->lt_workspace,
-                          cu->lt_workspace_bytes, cu->stream) == CUBLAS_STATUS_SUCCESS;
+    return fp4rl_cuda_lt_gemm(cu, M, N, K, a, b, ab, c, ct, alpha, 0.0f);
 }
 
 /* A dense operand in device memory: dtype F32 or BF16. */
@@ -279,6 +274,15 @@ fp4rl_status fp4rl_cuda_matmul(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_
     fp4rl_cuda_free_bytes(ctx, ta);
     fp4rl_cuda_free_bytes(ctx, tb);
     return st;
+}
+
+int fp4rl_cuda_lt_gemm(fp4rl_cuda *cu, int64_t M, int64_t N, int64_t K, const void *a, const void *b, cudaDataType_t ab, void *c,
+                       cudaDataType_t ct, float alpha, float beta)
+{
+    fp4rl_cuda_plan *pl = get_plan(cu, M, N, K, ab, ct);
+    if (!pl || !pl->has_algo) return 0;
+    return cublasLtMatmul(cu->lt, pl->desc, &alpha, b, pl->la, a, pl->lb, &beta, c, pl->lc, c, pl->lc, &pl->algo, cu->lt_workspace,
+                          cu->lt_workspace_bytes, cu->stream) == CUBLAS_STATUS_SUCCESS;
 }
 
 void fp4rl_cuda_gemm_destroy(fp4rl_cuda *cu)

@@ -4,6 +4,7 @@
  * kernel, serial over rows like the CPU. A plain kernel covers shapes cuBLASLt has no algorithm
  * for. The GEMMs match the CPU's OpenBLAS up to FP32 summation order.
  */
+#include "formats.h"
 #include "ops_cuda.h"
 
 using namespace fp4rl_cuda_ops_detail;
@@ -20,6 +21,17 @@ __global__ void gemm_naive_k(float *c, const float *a, const float *b, int64_t M
         float acc = 0.0f;
         for (int64_t k = 0; k < K; k++) acc += (ta ? a[k * lda + m] : a[m * lda + k]) * (tb ? b[n * ldb + k] : b[k * ldb + n]);
         c[i] = beta == 0.0f ? acc : acc + beta * c[i];
+    }
+}
+
+/* The BF16 fallback: y[n, o] += sum_k x[n, k] w[o, k] (y holds the bias or zeros). */
+__global__ void gemm_bf16_naive_k(float *y, const uint16_t *x, const uint16_t *w, int64_t N, int64_t IN, int64_t OUT)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * OUT; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t n = i / OUT, o = i - n * OUT;
+        float acc = 0.0f;
+        for (int64_t k = 0; k < IN; k++) acc += fp4rl_bf16_to_f32(x[n * IN + k]) * fp4rl_bf16_to_f32(w[o * IN + k]);
+        y[i] += acc;
     }
 }
 
@@ -95,8 +107,33 @@ fp4rl_status fp4rl_cuda_linear_forward(fp4rl_context *ctx, float *y, const float
         if ((st = fp4rl_cuda_check_launch(ctx, "linear_forward (bias)"))) return st;
         beta = 1.0f;
     }
-    /* y [N, OUT] = x [N, IN] . w^T, w stored [OUT, IN] */
+    /* y [N, OUT] = x [N, IN] . w^T, w stored [OUT, IN]: a cached cuBLASLt plan, else a fresh one */
+    if (fp4rl_cuda_lt_gemm(fp4rl_cuda_of(ctx), N, OUT, IN, x, w, CUDA_R_32F, y, CUDA_R_32F, 1.0f, beta))
+        return fp4rl_cuda_check_launch(ctx, "linear_forward");
     return gemm_rm(ctx, y, x, w, N, OUT, IN, 0, 1, IN, IN, beta, "linear_forward");
+}
+
+fp4rl_status fp4rl_cuda_linear_forward_bf16(fp4rl_context *ctx, float *y, const uint16_t *x, const uint16_t *w, const float *b,
+                                            int64_t N, int64_t IN, int64_t OUT)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    float beta = 0.0f;
+    if (b) {
+        bias_fill_k<<<ew_grid(N * OUT), 256, 0, s>>>(y, b, N, OUT);
+        if ((st = fp4rl_cuda_check_launch(ctx, "linear_forward_bf16 (bias)"))) return st;
+        beta = 1.0f;
+    }
+    /* BF16 x BF16 on the tensor cores, FP32 accumulation and output */
+    if (fp4rl_cuda_lt_gemm(fp4rl_cuda_of(ctx), N, OUT, IN, x, w, CUDA_R_16BF, y, CUDA_R_32F, 1.0f, beta))
+        return fp4rl_cuda_check_launch(ctx, "linear_forward_bf16");
+    if (!b) {
+        const cudaError_t e = cudaMemsetAsync(y, 0, (size_t)(N * OUT) * sizeof(float), s);
+        if (e != cudaSuccess) return fp4rl_cuda_fail(ctx, e, "linear_forward_bf16");
+    }
+    gemm_bf16_naive_k<<<ew_grid(N * OUT), 256, 0, s>>>(y, x, w, N, IN, OUT);
+    return fp4rl_cuda_check_launch(ctx, "linear_forward_bf16 (fallback)");
 }
 
 fp4rl_status fp4rl_cuda_linear_backward(fp4rl_context *ctx, float *dx, float *dw, float *db, const float *dy_dx, const float *w_dx,

@@ -13,6 +13,7 @@
 #include <math.h>
 
 #include "formats.h"
+#include "qdq_block.h"
 #include "ops_cuda.h"
 
 using namespace fp4rl_cuda_ops_detail;
@@ -25,16 +26,7 @@ __global__ void mask_2_4_k(float *r, int64_t N, int64_t K)
     const int64_t groups = (K + 3) / 4;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * groups; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t n = i / groups, k0 = (i - n * groups) * 4;
-        float *g = r + n * K + k0;
-        const int len = (int)(K - k0 < 4 ? K - k0 : 4);
-        if (len <= 2) continue;
-        int i1 = 0, i2 = -1;
-        for (int j = 1; j < len; j++)
-            if (fabsf(g[j]) > fabsf(g[i1])) i1 = j;
-        for (int j = 0; j < len; j++)
-            if (j != i1 && (i2 < 0 || fabsf(g[j]) > fabsf(g[i2]))) i2 = j;
-        for (int j = 0; j < len; j++)
-            if (j != i1 && j != i2) g[j] = 0.0f;
+        fp4rl_mask_2_4_group(r + n * K + k0, (int)(K - k0 < 4 ? K - k0 : 4));
     }
 }
 

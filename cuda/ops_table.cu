@@ -43,4 +43,7 @@ extern "C" const fp4rl_ops fp4rl_cuda_ops = {
     fp4rl_cuda_underflow_count,
     fp4rl_cuda_scale,
     fp4rl_cuda_sample_rows,
+    fp4rl_cuda_rollout_act,
+    fp4rl_cuda_linear_forward_bf16,
+    fp4rl_cuda_pack_bf16,
 };

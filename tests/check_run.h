@@ -12,4 +12,31 @@ static inline int fp4rl_check_run(Suite *s)
     srunner_free(sr);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
+
+/* GPU suites: 0 when a CUDA context can be made, else prints why `name` is skipped and returns
+ * ctest's skip code 77. Needs fp4rl.h included before this header. */
+#ifdef FP4RL_H
+#include <stdio.h>
+static inline int fp4rl_gpu_or_skip(const char *name)
+{
+    fp4rl_context *probe;
+    if (fp4rl_context_create(&probe, FP4RL_DEVICE_CUDA, 0) != FP4RL_OK) {
+        printf("%s: skipped, no CUDA context: %s\n", name, fp4rl_last_error());
+        return 77;
+    }
+    fp4rl_context_destroy(probe);
+    return 0;
+}
+#endif
+
+/* One process for GPU suites: a CUDA context does not survive fork. */
+static inline int fp4rl_check_run_nofork(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
 #endif

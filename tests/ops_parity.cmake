@@ -4,3 +4,8 @@
 fp4rl_add_internal_test(test_ops_parity)
 target_compile_definitions(test_ops_parity PRIVATE FIXTURES="${CMAKE_CURRENT_SOURCE_DIR}/fixtures/qwen2")
 set_tests_properties(test_ops_parity PROPERTIES LABELS "gpu")
+
+# RL steps on the GPU against the CPU from the same weights and seeds (the demo's model and task).
+fp4rl_add_internal_test(test_rl_parity)
+target_link_libraries(test_rl_parity PRIVATE fp4rl_addition_task)
+set_tests_properties(test_rl_parity PROPERTIES LABELS "gpu")

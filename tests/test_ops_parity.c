@@ -16,7 +16,9 @@
 #include <string.h>
 
 #include "model.h"
+#include "check_run.h"
 #include "ops.h"
+#include "qdq_block.h"
 
 #ifndef FIXTURES
 #error "FIXTURES must name tests/fixtures/qwen2"
@@ -352,6 +354,63 @@ START_TEST(test_rollout_ops)
 }
 END_TEST
 
+/* The rollout's fused path: rollout_act bit for bit (BF16 words and counts), the BF16 linear
+ * within GEMM tolerance, pack_bf16 bit for bit. */
+START_TEST(test_rollout_fused_ops)
+{
+    const int64_t N = 37, K = 200, OUT = 48;
+    float *x = rnd(N * K, 2);
+    for (int64_t i = 0; i < N * K; i += 9) x[i] *= 1e-3f; /* underflows */
+    for (int64_t i = 0; i < N * K; i += 31) x[i] *= 50.0f; /* outliers */
+    x[N * K / 2] = NAN;
+    float *dx = upf(x, N * K);
+    const int fmts[4] = {-1, FP4RL_QDQ_MXFP4, FP4RL_QDQ_HIF4, FP4RL_QDQ_MXFP8};
+    for (int f = 0; f < 4; f++)
+        for (int resq = FP4RL_RESQ_OFF; resq <= FP4RL_RESQ_2_4; resq++) {
+            const int64_t ld = (fmts[f] >= 0 && resq != FP4RL_RESQ_OFF) ? 2 * K : K;
+            uint16_t *oc = malloc((size_t)(N * ld) * 2), *og;
+            unsigned long long cc[2] = {0, 0}, *cg, *dc;
+            void *dout = NULL;
+            ck_assert_int_eq(gpu->be->alloc(gpu, &dout, (size_t)(N * ld) * 2), FP4RL_OK);
+            dc = up(cc, sizeof cc);
+            OKG(C->rollout_act(cpu, oc, cc, x, N, K, fmts[f], f == 1, resq));
+            OKG(G->rollout_act(gpu, dout, dc, dx, N, K, fmts[f], f == 1, resq));
+            og = down(dout, (size_t)(N * ld) * 2);
+            cg = down(dc, sizeof cc);
+            int64_t diff = 0;
+            for (int64_t i = 0; i < N * ld; i++) diff += og[i] != oc[i];
+            printf("  rollout_act fmt %d resq %d: %lld of %lld words differ, counts cpu %llu/%llu gpu %llu/%llu\n", fmts[f], resq,
+                   (long long)diff, (long long)(N * ld), cc[0], cc[1], cg[0], cg[1]);
+            ck_assert_int_eq(diff, 0);
+            ck_assert(cg[0] == cc[0] && cg[1] == cc[1]);
+            free(oc), free(og), free(cg);
+            dfree(dout), dfree(dc);
+        }
+    /* pack + BF16 linear */
+    float *w = rnd(OUT * K, 0.3f), *b = rnd(OUT, 1), *yc = malloc((size_t)(N * OUT) * 4);
+    uint16_t *xb = malloc((size_t)(N * K) * 2), *wb = malloc((size_t)(OUT * K) * 2), *g;
+    float *xf = rnd(N * K, 1), *dxf = upf(xf, N * K), *dw = upf(w, OUT * K), *db = upf(b, OUT), *dy = NULL;
+    void *dxb = NULL, *dwb = NULL;
+    ck_assert_int_eq(gpu->be->alloc(gpu, &dxb, (size_t)(N * K) * 2), FP4RL_OK);
+    ck_assert_int_eq(gpu->be->alloc(gpu, &dwb, (size_t)(OUT * K) * 2), FP4RL_OK);
+    ck_assert_int_eq(gpu->be->alloc(gpu, (void **)&dy, (size_t)(N * OUT) * 4), FP4RL_OK);
+    OKG(C->pack_bf16(cpu, xb, K, xf, N, K));
+    OKG(C->pack_bf16(cpu, wb, K, w, OUT, K));
+    OKG(G->pack_bf16(gpu, dxb, K, dxf, N, K));
+    OKG(G->pack_bf16(gpu, dwb, K, dw, OUT, K));
+    g = down(dwb, (size_t)(OUT * K) * 2);
+    ck_assert_mem_eq(g, wb, (size_t)(OUT * K) * 2);
+    free(g);
+    for (int with_b = 0; with_b < 2; with_b++) {
+        OKG(C->linear_forward_bf16(cpu, yc, xb, wb, with_b ? b : NULL, N, K, OUT));
+        OKG(G->linear_forward_bf16(gpu, dy, dxb, dwb, with_b ? db : NULL, N, K, OUT));
+        cmp(with_b ? "linear_forward_bf16 (bias)" : "linear_forward_bf16", dy, yc, N * OUT, 1e-5);
+    }
+    free(x), free(w), free(b), free(yc), free(xb), free(wb), free(xf);
+    dfree(dx), dfree(dxf), dfree(dw), dfree(db), dfree(dy), dfree(dxb), dfree(dwb);
+}
+END_TEST
+
 /* ---- end to end ---- */
 static const char *fixtures(void)
 {
@@ -485,12 +544,7 @@ END_TEST
 
 int main(void)
 {
-    fp4rl_context *probe;
-    if (fp4rl_context_create(&probe, FP4RL_DEVICE_CUDA, 0) != FP4RL_OK) {
-        printf("test_ops_parity: skipped, no CUDA context: %s\n", fp4rl_last_error());
-        return 77;
-    }
-    fp4rl_context_destroy(probe);
+    if (fp4rl_gpu_or_skip("test_ops_parity")) return 77;
     Suite *su = suite_create("ops_parity");
     TCase *tc = tcase_create("ops");
     tcase_add_checked_fixture(tc, setup, teardown);
@@ -500,13 +554,10 @@ int main(void)
     tcase_add_test(tc, test_attention);
     tcase_add_test(tc, test_losses);
     tcase_add_test(tc, test_rollout_ops);
+    tcase_add_test(tc, test_rollout_fused_ops);
     tcase_add_test(tc, test_model_fp32);
     tcase_add_test(tc, test_rl_step);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_set_fork_status(sr, CK_NOFORK); /* one process: the GPU context is not fork-safe */
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    const int rc = fp4rl_check_run_nofork(su);
+    return rc;
 }

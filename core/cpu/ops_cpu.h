@@ -84,4 +84,13 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_scale(fp4rl_context *ctx, float *x, int64_t 
 FP4RL_HIDDEN float fp4rl_cpu_attend_row(float *o, const float *q, const float *k, const float *v, int64_t stride,
                                         int64_t n_keys, int64_t D, float scale);
 
+/* core/cpu/ops_rollout_fast.c */
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned long long *counts,
+                                                const float *x, int64_t N, int64_t K, int fmt, int truncation_free,
+                                                int resq);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_linear_forward_bf16(fp4rl_context *ctx, float *y, const uint16_t *x,
+                                                        const uint16_t *w, const float *b, int64_t N, int64_t IN,
+                                                        int64_t OUT);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_pack_bf16(fp4rl_context *ctx, uint16_t *dst, int64_t ld, const float *src,
+                                              int64_t rows, int64_t cols);
 #endif

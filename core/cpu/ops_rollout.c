@@ -7,6 +7,7 @@
 
 #include "formats.h"
 #include "ops_cpu.h"
+#include "qdq_block.h"
 
 fp4rl_status fp4rl_cpu_kv_write(fp4rl_context *ctx, float *cache, const float *src, int64_t B, int64_t Tmax, int64_t W,
                                 int64_t t)
@@ -43,19 +44,7 @@ static int by_key_desc(const void *pa, const void *pb)
 static void mask_2_4(float *r, int64_t N, int64_t K)
 {
     for (int64_t n = 0; n < N; n++)
-        for (int64_t k0 = 0; k0 < K; k0 += 4) {
-            float *g = r + n * K + k0;
-            const int len = (int)(K - k0 < 4 ? K - k0 : 4);
-            if (len <= 2) continue;
-            /* the 2 largest magnitudes, lower index on ties */
-            int i1 = 0, i2 = -1;
-            for (int i = 1; i < len; i++)
-                if (fabsf(g[i]) > fabsf(g[i1])) i1 = i;
-            for (int i = 0; i < len; i++)
-                if (i != i1 && (i2 < 0 || fabsf(g[i]) > fabsf(g[i2]))) i2 = i;
-            for (int i = 0; i < len; i++)
-                if (i != i1 && i != i2) g[i] = 0.0f;
-        }
+        for (int64_t k0 = 0; k0 < K; k0 += 4) fp4rl_mask_2_4_group(r + n * K + k0, (int)(K - k0 < 4 ? K - k0 : 4));
 }
 
 static fp4rl_status mask_channels(float *r, int64_t N, int64_t K)

@@ -32,4 +32,7 @@ const fp4rl_ops fp4rl_cpu_ops = {
     .underflow_count = fp4rl_cpu_underflow_count,
     .scale = fp4rl_cpu_scale,
     .sample_rows = fp4rl_cpu_sample_rows,
+    .rollout_act = fp4rl_cpu_rollout_act,
+    .linear_forward_bf16 = fp4rl_cpu_linear_forward_bf16,
+    .pack_bf16 = fp4rl_cpu_pack_bf16,
 };

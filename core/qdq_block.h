@@ -1,0 +1,82 @@
+/*
+ * qdq_block.h - dequantize(quantize(x)) of one 1D block with round-to-nearest, as the value a
+ * dense GEMM consumes: the fused rollout activation op (CPU core/cpu/ops_rollout_fast.c, CUDA
+ * cuda/ops_rollout_fast.cu) calls this one function, so both backends agree bit for bit, and the
+ * tests hold it to the generic fp4rl_quantize + fp4rl_dequantize path.
+ *
+ * The block loops mirror the CPU reference quantizer (core/cpu/cpu_quant.c): amax over the finite
+ * elements, a non-finite element makes the whole block NaN, padding elements are zeros. Every
+ * per-element and per-scale step is a formats.h function.
+ */
+#ifndef FP4RL_QDQ_BLOCK_H
+#define FP4RL_QDQ_BLOCK_H
+
+#include "formats.h"
+
+/* The block formats the round trip covers (a subset of fp4rl_dtype that needs no tensor-wide
+ * statistic: NVFP4's g does, so it is not here). */
+enum { FP4RL_QDQ_MXFP4 = 0, FP4RL_QDQ_MXFP8 = 1, FP4RL_QDQ_HIF4 = 2 };
+
+/* Elements per block of a round-trip format. */
+FP4RL_HD int fp4rl_qdq_block_size(int fmt) { return fmt == FP4RL_QDQ_HIF4 ? 64 : 32; }
+
+/* max |x[i]| over the finite x[i], i in [i0, i1); *finite = 0 when some element is not finite */
+FP4RL_HD float fp4rl_qdq_amax(const float *x, int i0, int i1, int *finite)
+{
+    float a = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        if (!fp4rl_is_finite(x[i])) *finite = 0;
+        else if (fabsf(x[i]) > a) a = fabsf(x[i]);
+    }
+    return a;
+}
+
+/* y[0..n) = dequantize(quantize(x[0..n))) for one block; n <= fp4rl_qdq_block_size(fmt) (the rest
+ * of the block is zero padding, which changes no scale). x and y may be the same array. */
+FP4RL_HD void fp4rl_qdq_block(int fmt, const float *x, float *y, int n, int truncation_free)
+{
+    int finite = 1;
+    const float amax = fp4rl_qdq_amax(x, 0, n, &finite);
+    if (!finite) {
+        for (int i = 0; i < n; i++) y[i] = fp4rl_bits_f32(0x7fc00000u);
+        return;
+    }
+    if (fmt != FP4RL_QDQ_HIF4) {
+        const int fp8 = fmt == FP4RL_QDQ_MXFP8;
+        const int e = fp4rl_mx_scale_exp(amax, fp8 ? 8 : 2, fp8 ? 448.0f : 6.0f, truncation_free);
+        for (int i = 0; i < n; i++) y[i] = fp4rl_mx_decode(fp4rl_mx_encode(x[i], e, fp8, -1.0f), (uint8_t)(e + 127), fp8);
+        return;
+    }
+    /* HiF4: base from the unit's amax, an e8 bit per 8 elements, an e16 bit per 4 */
+    const fp4rl_hif4_base b = fp4rl_hif4_make_base(amax);
+    uint32_t word = b.e6m2;
+    for (int h = 0; h < 8; h++) {
+        const int i0 = 8 * h < n ? 8 * h : n, i1 = 8 * h + 8 < n ? 8 * h + 8 : n;
+        word |= fp4rl_hif4_e8(fp4rl_qdq_amax(x, i0, i1, &finite), b.rec) << (8 + h);
+    }
+    for (int g = 0; g < 16; g++) {
+        const int i0 = 4 * g < n ? 4 * g : n, i1 = 4 * g + 4 < n ? 4 * g + 4 : n;
+        const uint32_t e8 = (word >> (8 + g / 2)) & 1u;
+        word |= fp4rl_hif4_e16(fp4rl_qdq_amax(x, i0, i1, &finite), e8, b.rec) << (16 + g);
+    }
+    for (int i = 0; i < n; i++) {
+        const int inc = (int)((word >> (8 + i / 8)) & 1u) + (int)((word >> (16 + i / 4)) & 1u);
+        y[i] = fp4rl_hif4_decode(fp4rl_hif4_encode(x[i], inc, b.rec, -1.0f), word, i);
+    }
+}
+
+/* Rollout-ResQ's 2:4 mask on one group of len <= 4 values: keep the two largest magnitudes (the
+ * lower index on ties), as the resq_mask op does; groups of <= 2 keep everything. */
+FP4RL_HD void fp4rl_mask_2_4_group(float *g, int len)
+{
+    if (len <= 2) return;
+    int i1 = 0, i2 = -1;
+    for (int i = 1; i < len; i++)
+        if (fabsf(g[i]) > fabsf(g[i1])) i1 = i;
+    for (int i = 0; i < len; i++)
+        if (i != i1 && (i2 < 0 || fabsf(g[i]) > fabsf(g[i2]))) i2 = i;
+    for (int i = 0; i < len; i++)
+        if (i != i1 && i != i2) g[i] = 0.0f;
+}
+
+#endif /* FP4RL_QDQ_BLOCK_H */

@@ -1,0 +1,248 @@
+/*
+ * test_rollout_fast.c - the rollout's fused linear path (ops rollout_act, linear_forward_bf16,
+ * pack_bf16; core/rollout.c's plan) against the generic path it replaces:
+ *   - rollout_act's BF16 words equal, bit for bit, the public quantize + dequantize round trip
+ *     of x, and of the residual x - xq re-quantized with fresh scales and masked by the resq_mask
+ *     op, for MXFP4 / HiF4 / MXFP8, both MX scale rules, ResQ off / dense / 2:4, ragged shapes,
+ *     zeros, underflowing values, NaN and Inf; its counts equal the underflow_count op's;
+ *   - linear_forward_bf16 equals the FP32 layer on the widened operands;
+ *   - whole rollouts with the fused path equal the generic path's (same act_zero_frac exactly,
+ *     the same completions, log mu within FP32 summation-order noise).
+ */
+#include "check_run.h"
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats.h"
+#include "ops.h"
+#include "qdq_block.h"
+#include "rollout.h"
+
+static fp4rl_context *ctx;
+static void setup(void) { ck_assert_int_eq(fp4rl_context_create(&ctx, FP4RL_DEVICE_CPU, 0), FP4RL_OK); }
+static void teardown(void) { fp4rl_context_destroy(ctx); }
+
+#define OK(call) ck_assert_msg((call) == FP4RL_OK, "%s", fp4rl_last_error())
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static double unif(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+static float gauss(void) { return (float)(sqrt(-2.0 * log(unif() + 1e-300)) * cos(6.283185307179586 * unif())); }
+
+/* Activations with what the rollout meets: per-row scales, outlier channels, exact zeros, values
+ * far below their block's max (which underflow), and a NaN and an Inf in two rows. */
+static float *activations(int64_t N, int64_t K)
+{
+    float *x = malloc((size_t)(N * K) * sizeof(float));
+    for (int64_t n = 0; n < N; n++) {
+        const float rs = (float)exp2((double)(n % 7) - 3.0);
+        for (int64_t k = 0; k < K; k++) {
+            float v = gauss() * rs;
+            if (k % 37 == 5) v *= 40.0f;       /* outlier channel */
+            if (k % 11 == 3) v *= 1e-3f;       /* underflows next to the outliers */
+            if ((n + k) % 13 == 0) v = 0.0f;   /* exact zeros */
+            x[n * K + k] = v;
+        }
+    }
+    if (N > 3) x[3 * K + 70] = NAN;
+    if (N > 4) x[4 * K + 1] = INFINITY;
+    return x;
+}
+
+/* dequantize(quantize(x)) through the public API (the CPU reference quantizer). */
+static float *qdq_public(const float *x, int64_t N, int64_t K, fp4rl_dtype fmt, int tf)
+{
+    fp4rl_quant_policy *p;
+    OK(fp4rl_quant_policy_create(&p));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_SCALE_RULE, tf ? FP4RL_SCALE_TRUNCATION_FREE : FP4RL_SCALE_OCP_FLOOR));
+    const int64_t shape[2] = {N, K};
+    fp4rl_tensor *t, *q, *d;
+    OK(fp4rl_tensor_from_host(&t, ctx, FP4RL_DTYPE_F32, 2, shape, x));
+    OK(fp4rl_quantize(&q, ctx, t, fmt, p, FP4RL_ROLE_ACTIVATION));
+    OK(fp4rl_dequantize(&d, ctx, q, FP4RL_DTYPE_F32));
+    float *y = malloc((size_t)(N * K) * sizeof(float));
+    OK(fp4rl_tensor_to_host(d, y, (size_t)(N * K) * sizeof(float)));
+    fp4rl_tensor_destroy(t);
+    fp4rl_tensor_destroy(q);
+    fp4rl_tensor_destroy(d);
+    fp4rl_quant_policy_destroy(p);
+    return y;
+}
+
+static int same_bf16(uint16_t got, float want)
+{
+    const uint16_t w = fp4rl_f32_to_bf16(want);
+    if (isnan(want)) return (got & 0x7f80u) == 0x7f80u && (got & 0x7fu) != 0;
+    return got == w;
+}
+
+START_TEST(test_act_matches_generic)
+{
+    const fp4rl_dtype fmts[3] = {FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP8_E4M3};
+    const int qfmt[3] = {FP4RL_QDQ_MXFP4, FP4RL_QDQ_HIF4, FP4RL_QDQ_MXFP8};
+    const int resqs[3] = {FP4RL_RESQ_OFF, FP4RL_RESQ_DENSE, FP4RL_RESQ_2_4};
+    const int64_t shapes[3][2] = {{6, 199}, {3, 64}, {2, 7}};
+    int cases = 0;
+    for (int si = 0; si < 3; si++) {
+        const int64_t N = shapes[si][0], K = shapes[si][1];
+        float *x = activations(N, K);
+        for (int f = 0; f < 3; f++)
+            for (int tf = 0; tf < 2; tf++) {
+                float *xq = qdq_public(x, N, K, fmts[f], tf);
+                float *r = malloc((size_t)(N * K) * sizeof(float));
+                for (int64_t i = 0; i < N * K; i++) r[i] = x[i] - xq[i];
+                float *rq = qdq_public(r, N, K, fmts[f], tf);
+                float ref_counts[2] = {0, 0};
+                OK(fp4rl_cpu_ops.underflow_count(ctx, ref_counts, x, xq, N * K));
+                for (int ri = 0; ri < 3; ri++) {
+                    float *rm = malloc((size_t)(N * K) * sizeof(float));
+                    memcpy(rm, rq, (size_t)(N * K) * sizeof(float));
+                    OK(fp4rl_cpu_ops.resq_mask(ctx, rm, N, K, resqs[ri]));
+                    const int two = resqs[ri] != FP4RL_RESQ_OFF;
+                    const int64_t ld = two ? 2 * K : K;
+                    uint16_t *out = malloc((size_t)(N * ld) * sizeof(uint16_t));
+                    unsigned long long counts[2] = {7, 9}; /* accumulates */
+                    OK(fp4rl_cpu_ops.rollout_act(ctx, out, counts, x, N, K, qfmt[f], tf, resqs[ri]));
+                    for (int64_t n = 0; n < N; n++)
+                        for (int64_t k = 0; k < K; k++) {
+                            ck_assert_msg(same_bf16(out[n * ld + k], xq[n * K + k]),
+                                          "%s tf %d resq %d [%lld,%lld]: xq %04x, generic %g", fp4rl_dtype_name(fmts[f]), tf,
+                                          resqs[ri], (long long)n, (long long)k, out[n * ld + k], xq[n * K + k]);
+                            if (two)
+                                ck_assert_msg(same_bf16(out[n * ld + K + k], rm[n * K + k]),
+                                              "%s tf %d resq %d [%lld,%lld]: residual %04x, generic %g", fp4rl_dtype_name(fmts[f]),
+                                              tf, resqs[ri], (long long)n, (long long)k, out[n * ld + K + k], rm[n * K + k]);
+                        }
+                    ck_assert_uint_eq(counts[0], 7 + (unsigned long long)ref_counts[0]);
+                    ck_assert_uint_eq(counts[1], 9 + (unsigned long long)ref_counts[1]);
+                    if (si == 0 && f < 2) ck_assert_uint_gt(counts[1], 9); /* the data does underflow */
+                    free(out);
+                    free(rm);
+                    cases++;
+                }
+                free(xq);
+                free(r);
+                free(rq);
+            }
+        free(x);
+    }
+    ck_assert_int_eq(cases, 54);
+}
+END_TEST
+
+START_TEST(test_act_bf16_and_pack)
+{
+    const int64_t N = 3, K = 45;
+    float *x = activations(N, K);
+    uint16_t out[3 * 45], packed[3 * 100];
+    OK(fp4rl_cpu_ops.rollout_act(ctx, out, NULL, x, N, K, -1, 0, FP4RL_RESQ_2_4)); /* BF16: no residual */
+    for (int64_t i = 0; i < N * K; i++) ck_assert(same_bf16(out[i], fp4rl_round_bf16(x[i])));
+    memset(packed, 0xAB, sizeof packed);
+    OK(fp4rl_cpu_ops.pack_bf16(ctx, packed, 100, x, N, K));
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k++) ck_assert_uint_eq(packed[n * 100 + k], out[n * K + k]);
+        ck_assert_uint_eq(packed[n * 100 + K], 0xABABu); /* past the row: untouched */
+    }
+    free(x);
+}
+END_TEST
+
+START_TEST(test_linear_bf16)
+{
+    const int64_t N = 5, IN = 70, OUT = 9;
+    float *x = activations(N, IN), *w = activations(OUT, IN);
+    for (int64_t i = 0; i < N * IN; i++) x[i] = isfinite(x[i]) ? fp4rl_round_bf16(x[i]) : 1.0f;
+    for (int64_t i = 0; i < OUT * IN; i++) w[i] = isfinite(w[i]) ? fp4rl_round_bf16(w[i]) : -2.0f;
+    float b[9], y[45], yref[45];
+    for (int i = 0; i < 9; i++) b[i] = (float)i - 4.0f;
+    uint16_t xb[5 * 70], wb[9 * 70];
+    OK(fp4rl_cpu_ops.pack_bf16(ctx, xb, IN, x, N, IN));
+    OK(fp4rl_cpu_ops.pack_bf16(ctx, wb, IN, w, OUT, IN));
+    for (int with_b = 0; with_b < 2; with_b++) {
+        OK(fp4rl_cpu_ops.linear_forward_bf16(ctx, y, xb, wb, with_b ? b : NULL, N, IN, OUT));
+        OK(fp4rl_cpu_ops.linear_forward(ctx, yref, x, w, with_b ? b : NULL, N, IN, OUT));
+        ck_assert_mem_eq(y, yref, sizeof y);
+    }
+    free(x);
+    free(w);
+}
+END_TEST
+
+/* ---- whole rollouts, fused vs generic ---- */
+static const char *SMALL =
+    "{\"model_type\": \"qwen2\", \"vocab_size\": 16, \"hidden_size\": 96, \"intermediate_size\": 160,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"max_position_embeddings\": 32, \"tie_word_embeddings\": false}";
+
+static void rollout_pair(fp4rl_dtype fmt, fp4rl_numerics numerics, fp4rl_resq resq, int expect_fast_zero_frac)
+{
+    fp4rl_quant_policy *p;
+    OK(fp4rl_quant_policy_create(&p));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_WEIGHT, fmt));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_ACTIVATION, fmt));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_ROLLOUT_NUMERICS, numerics));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_RESQ, resq));
+    fp4rl_model *m;
+    OK(fp4rl_model_create(&m, ctx, SMALL, p, 3));
+    const int32_t prompts[9] = {13, 4, 10, 7, 11, 13, 9, 9, 10};
+    const size_t off[3] = {0, 5, 9};
+    const int32_t stop = 12;
+    fp4rl_rollout_cfg cfg = {.group = 8, .max_new = 12, .temperature = 1.0f, .stop = &stop, .n_stop = 1, .seed = 11};
+    fp4rl_rollout_result rf, rg;
+    m->rollout_generic = 0;
+    OK(fp4rl_rollout_run(m, &cfg, prompts, off, 2, &rf));
+    m->rollout_generic = 1;
+    OK(fp4rl_rollout_run(m, &cfg, prompts, off, 2, &rg));
+    int equal = 0;
+    double lp = 0;
+    for (int64_t i = 0; i < rf.n_seqs; i++) {
+        int same = rf.lengths[i] == rg.lengths[i];
+        for (int64_t j = 0; same && j < rf.lengths[i]; j++) same = rf.tokens[i * 12 + j] == rg.tokens[i * 12 + j];
+        equal += same;
+        for (int64_t j = 0; same && j < rf.lengths[i]; j++) lp = fmax(lp, fabs((double)rf.logprobs[i * 12 + j] - rg.logprobs[i * 12 + j]));
+    }
+    printf("rollout %s numerics %d resq %d: fused vs generic: %d/%lld completions equal, max |d log mu| %.3g, act_zero_frac %.6f / %.6f\n",
+           fp4rl_dtype_name(fmt), (int)numerics, (int)resq, equal, (long long)rf.n_seqs, lp, rf.act_zero_frac, rg.act_zero_frac);
+    ck_assert_int_eq(rf.fused_linears, 2 * 7 + 1); /* every linear and the head took the fused path */
+    ck_assert_int_eq(rg.fused_linears, 0);
+    ck_assert_int_ge(equal, rf.n_seqs - 1); /* one flip allowed: FP32 summation order can move a CDF step */
+    ck_assert_msg(lp <= 1e-4, "log mu differs by %g", lp);
+    ck_assert(rf.act_zero_frac == rg.act_zero_frac); /* the same quantized activations, counted exactly */
+    if (expect_fast_zero_frac) ck_assert(rf.act_zero_frac > 0);
+    fp4rl_rollout_result_free(&rf);
+    fp4rl_rollout_result_free(&rg);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+
+START_TEST(test_rollout_fused_equals_generic)
+{
+    rollout_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_2_4, 1);
+    rollout_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_DENSE, 1);
+    rollout_pair(FP4RL_DTYPE_MXFP4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_OFF, 1);
+    rollout_pair(FP4RL_DTYPE_MXFP4, FP4RL_NUMERICS_W16A4, FP4RL_RESQ_2_4, 1);
+    rollout_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A16, FP4RL_RESQ_2_4, 0);
+    rollout_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_BF16, FP4RL_RESQ_OFF, 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("rollout_fast");
+    TCase *tc = tcase_create("fused");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_act_matches_generic);
+    tcase_add_test(tc, test_act_bf16_and_pack);
+    tcase_add_test(tc, test_linear_bf16);
+    tcase_add_test(tc, test_rollout_fused_equals_generic);
+    suite_add_tcase(su, tc);
+    return fp4rl_check_run(su);
+}
