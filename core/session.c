@@ -207,6 +207,14 @@ static fp4rl_status do_rollout(fp4rl_rl_session *s, const int32_t *prompts, cons
         .stop = s->stop, .n_stop = (int64_t)s->n_stop, .seed = (uint64_t)s->hp[FP4RL_RL_SEED], .offset = s->sample_offset,
         .row0 = (uint64_t)p0 * (uint64_t)G, /* sampling draws by the global completion index */
     };
+    /* a rank's rollout ends at its own share's last decode step: every rank moves on to the offset
+     * after the global batch's, even when its rollout fails, so the ranks never sample apart */
+    if (dist) {
+        size_t max_plen = 0;
+        for (size_t p = 0; p < n_prompts; p++)
+            if (offsets[p + 1] - offsets[p] > max_plen) max_plen = offsets[p + 1] - offsets[p];
+        s->sample_offset = cfg.offset + (uint64_t)max_plen + (uint64_t)max_new - 1;
+    }
     const double t0 = now_s();
     st = fp4rl_rollout_run(s->model, &cfg, s->prompts, s->offsets, n_local, &s->ro);
     if (st) {
@@ -214,13 +222,7 @@ static fp4rl_status do_rollout(fp4rl_rl_session *s, const int32_t *prompts, cons
         return st;
     }
     s->rollout_s = now_s() - t0;
-    s->sample_offset = s->ro.offset_end;
-    if (dist) { /* the offset after the global batch's decode steps (the rollout's is its share's) */
-        size_t max_plen = 0;
-        for (size_t p = 0; p < n_prompts; p++)
-            if (offsets[p + 1] - offsets[p] > max_plen) max_plen = offsets[p + 1] - offsets[p];
-        s->sample_offset = cfg.offset + (uint64_t)max_plen + (uint64_t)max_new - 1;
-    }
+    if (!dist) s->sample_offset = s->ro.offset_end;
     s->have_rollout = 1;
     return FP4RL_OK;
 }

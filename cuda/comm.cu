@@ -122,9 +122,11 @@ fp4rl_status fp4rl_cuda_nccl_unique_id(void *id, const char *fn)
     if (!a->ok) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "%s: %s", fn, a->why);
     ncclUniqueId uid;
     ncclResult_t r = a->get_unique_id(&uid);
-    if (r != ncclSuccess)
+    if (r != ncclSuccess) {
+        const char *detail = a->get_last_error(nullptr);
         return fp4rl_fail(FP4RL_ERR_DEVICE, "%s: ncclGetUniqueId failed with NCCL error %d (%s)%s%s", fn, (int)r, a->get_error_string(r),
-                          *a->get_last_error(nullptr) ? ": " : "", a->get_last_error(nullptr));
+                          detail && *detail ? ": " : "", detail ? detail : "");
+    }
     memcpy(id, &uid, sizeof uid);
     return FP4RL_OK;
 }
