@@ -103,15 +103,27 @@ static uint16_t *fast_weight(fp4rl_model *m, fp4rl_arena *keep, const fast_plan 
     return keep->st ? NULL : wb;
 }
 
+/* The fused activation operand of x [N, K] (fast_cols(f, K) columns), NULL on failure (a->st). */
+static uint16_t *fast_act(fp4rl_model *m, fp4rl_arena *a, const fast_plan *f, const float *x, int64_t N, int64_t K,
+                          unsigned long long *counts)
+{
+    uint16_t *xb = fp4rl_arena_alloc(a, N * fast_cols(f, K), sizeof(uint16_t));
+    if (xb) a->st = m->ops->rollout_act(m->ctx, xb, f->fmt >= 0 ? counts : NULL, x, N, K, f->fmt, f->tf, f->resq);
+    return a->st ? NULL : xb;
+}
+
+/* y = x w^T + b with x from fast_act (or a shared one: xb_in not NULL). */
 static fp4rl_status fast_linear(fp4rl_model *m, fp4rl_arena *a, const fast_plan *f, float *y, const float *x,
                                 const uint16_t *wb, const float *b, int64_t N, int64_t K, int64_t OUT,
-                                unsigned long long *counts)
+                                unsigned long long *counts, const uint16_t *xb_in)
 {
-    const int64_t kx = fast_cols(f, K);
-    uint16_t *xb = fp4rl_arena_alloc(a, N * kx, sizeof(uint16_t));
-    if (!xb) return a->st;
-    fp4rl_status st = m->ops->rollout_act(m->ctx, xb, f->fmt >= 0 ? counts : NULL, x, N, K, f->fmt, f->tf, f->resq);
-    return st ? st : m->ops->linear_forward_bf16(m->ctx, y, xb, wb, b, N, kx, OUT);
+    const uint16_t *xb = xb_in ? xb_in : fast_act(m, a, f, x, N, K, counts);
+    return xb ? m->ops->linear_forward_bf16(m->ctx, y, xb, wb, b, N, fast_cols(f, K), OUT) : a->st;
+}
+
+static int same_plan(const fast_plan *a, const fast_plan *b)
+{
+    return a->on && b->on && a->fmt == b->fmt && a->tf == b->tf && a->resq == b->resq;
 }
 
 void fp4rl_rollout_result_free(fp4rl_rollout_result *res)
@@ -207,6 +219,7 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
         st = keep.st ? keep.st : fp4rl_linear_operand(m, &keep, whead, head, V, C, &s_head, FP4RL_ROLE_WEIGHT, 0);
     }
     res->fused_linears = L * (5 * f_blk.on + 2 * f_qk.on) + f_head.on;
+    const int share_qkv = same_plan(&f_qk, &f_blk);
     uint16_t *whead_b = NULL;
     if (!st && f_head.on) {
         whead_b = fast_weight(m, &keep, &f_head, whead, V, C);
@@ -248,37 +261,43 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
         }
 #define TRY(call) do { if ((st = (call)) != FP4RL_OK) goto step_end; } while (0)
 #define W(l, k) fp4rl_model_w(m, fp4rl_model_lp((int)(l), k))
-#define LIN(s, r, y, xin, bias, IN, OUT)                                                                        \
-    ((s) == &s_qk ? f_qk.on : f_blk.on)                                                                         \
+/* xs: a fused activation operand shared with the previous linear on the same input, or NULL */
+#define LIN(s, r, y, xin, bias, IN, OUT, xs)                                                                     \
+    ((s) == &s_qk ? f_qk.on : f_blk.on)                                                                          \
         ? fast_linear(m, &step, (s) == &s_qk ? &f_qk : &f_blk, y, xin, wb[l * R_COUNT + (r)], bias, B, IN, OUT, \
-                      counts64 + (l * R_COUNT + (r)) * 2)                                                         \
-        : fp4rl_rollout_linear(m, &step, s, resq, y, xin, wq[l * R_COUNT + (r)], bias, B, IN, OUT,              \
+                      counts64 + (l * R_COUNT + (r)) * 2, xs)                                                      \
+        : fp4rl_rollout_linear(m, &step, s, resq, y, xin, wq[l * R_COUNT + (r)], bias, B, IN, OUT,               \
                                counts + (l * R_COUNT + (r)) * 2)
         TRY(ctx->be->upload(ctx, d_tok, cur, (size_t)B * 4));
         TRY(ctx->be->upload(ctx, d_pos, pos, (size_t)B * 4));
         TRY(ops->embedding_forward(ctx, x, d_tok, fp4rl_model_w(m, fp4rl_model_p_embed()), B, V, C));
         for (int64_t l = 0; l < L; l++) {
             TRY(ops->rmsnorm_forward(ctx, ln, rstd, x, W(l, FP4RL_LP_LN1), B, C, eps));
-            TRY(LIN(&s_qk, R_Q, q, ln, W(l, FP4RL_LP_Q_B), C, QD));
-            TRY(LIN(&s_qk, R_K, k, ln, W(l, FP4RL_LP_K_B), C, KD));
-            TRY(LIN(&s_blk, R_V, v, ln, W(l, FP4RL_LP_V_B), C, KD));
+            /* q, k, v read one input: one fused activation operand when their numerics agree */
+            const uint16_t *xs = share_qkv ? fast_act(m, &step, &f_qk, ln, B, C, counts64 + l * R_COUNT * 2) : NULL;
+            if (share_qkv && !xs) TRY(step.st);
+            TRY(LIN(&s_qk, R_Q, q, ln, W(l, FP4RL_LP_Q_B), C, QD, xs));
+            TRY(LIN(&s_qk, R_K, k, ln, W(l, FP4RL_LP_K_B), C, KD, xs));
+            TRY(LIN(&s_blk, R_V, v, ln, W(l, FP4RL_LP_V_B), C, KD, xs));
             TRY(ops->rope_forward(ctx, q, q, d_pos, B, Hq, D, theta));
             TRY(ops->rope_forward(ctx, k, k, d_pos, B, Hkv, D, theta));
             TRY(ops->kv_write(ctx, kc[l], k, B, Tmax, KD, t));
             TRY(ops->kv_write(ctx, vc[l], v, B, Tmax, KD, t));
             TRY(ops->attention_decode(ctx, att, q, kc[l], vc[l], B, Tmax, t + 1, Hq, Hkv, D));
-            TRY(LIN(&s_blk, R_O, o, att, NULL, QD, C));
+            TRY(LIN(&s_blk, R_O, o, att, NULL, QD, C, NULL));
             TRY(ops->residual_forward(ctx, x1, x, o, B * C));
             TRY(ops->rmsnorm_forward(ctx, ln, rstd, x1, W(l, FP4RL_LP_LN2), B, C, eps));
-            TRY(LIN(&s_blk, R_GATE, gate, ln, NULL, C, I));
-            TRY(LIN(&s_blk, R_UP, up, ln, NULL, C, I));
+            xs = f_blk.on ? fast_act(m, &step, &f_blk, ln, B, C, counts64 + (l * R_COUNT + R_GATE) * 2) : NULL;
+            if (f_blk.on && !xs) TRY(step.st);
+            TRY(LIN(&s_blk, R_GATE, gate, ln, NULL, C, I, xs));
+            TRY(LIN(&s_blk, R_UP, up, ln, NULL, C, I, xs));
             TRY(ops->swiglu_forward(ctx, h, gate, up, B * I));
-            TRY(LIN(&s_blk, R_DOWN, o, h, NULL, I, C));
+            TRY(LIN(&s_blk, R_DOWN, o, h, NULL, I, C, NULL));
             TRY(ops->residual_forward(ctx, x, x1, o, B * C));
         }
         TRY(ops->rmsnorm_forward(ctx, ln, rstd, x, fp4rl_model_w(m, fp4rl_model_p_norm(m)), B, C, eps));
         if (f_head.on) {
-            TRY(fast_linear(m, &step, &f_head, logits, ln, whead_b, NULL, B, C, V, NULL));
+            TRY(fast_linear(m, &step, &f_head, logits, ln, whead_b, NULL, B, C, V, NULL, NULL));
         } else {
             float *lq = ln;
             if (s_head.mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUM_BF16) TRY(ops->round_bf16(ctx, lq, ln, B * C));
@@ -311,6 +330,13 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
     unsigned long long *h64 = calloc((size_t)(L * R_COUNT * 2), sizeof(unsigned long long));
     if (!st && !h64) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
     if (!st) st = ctx->be->download(ctx, h64, counts64, (size_t)(L * R_COUNT * 2) * sizeof(unsigned long long));
+    for (int64_t l = 0; !st && l < L; l++) { /* a shared operand was counted once: for each of its readers */
+        unsigned long long *c = h64 + l * R_COUNT * 2;
+        for (int j = 0; j < 2; j++) {
+            if (share_qkv) c[R_K * 2 + j] = c[R_V * 2 + j] = c[R_Q * 2 + j];
+            if (f_blk.on) c[R_UP * 2 + j] = c[R_GATE * 2 + j];
+        }
+    }
     for (int64_t i = 0; !st && i < L * R_COUNT * 2; i++) hcounts[i] += (float)h64[i]; /* one path per linear: one is 0 */
     free(h64);
     if (!st) { /* the mean over linear layers of each one's underflow fraction */

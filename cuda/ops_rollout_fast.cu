@@ -2,7 +2,7 @@
  * ops_rollout_fast.cu - the rollout's fused linear path on the GPU (core/ops.h): the activation
  * operand in one kernel (quantize-dequantize, underflow counts, Rollout-ResQ residual, its fresh
  * quantization and 2:4 mask, BF16 packing), and BF16 packing of the rollout weights. The block
- * arithmetic is qdq_block.h, the function the CPU op calls, so the two agree bit for bit.
+ * arithmetic is that of qdq_block.h (the CPU op's), spread over the lanes of a warp.
  * (linear_forward_bf16 lives in ops_linear.cu, next to the FP32 layer.)
  */
 #include "formats.h"
@@ -19,37 +19,107 @@ __global__ void act_bf16_k(uint16_t *out, const float *x, int64_t n)
         out[i] = fp4rl_f32_to_bf16(x[i]);
 }
 
-/* One thread per (row, block): BS elements in registers / local memory. */
+/* ---- the activation kernel: one thread per 8 consecutive elements of a row ("group"), the
+ * groups of one block in adjacent lanes (8 for HiF4's 64, 4 for MX's 32), block-wide values by
+ * shuffles. Max is exact and order-free, and every scale and element step is the formats.h
+ * function qdq_block.h calls on the CPU, so the results are the CPU's bit for bit
+ * (tests/test_ops_parity.c holds them to it). Rows are padded with zeros to whole blocks, the
+ * padding of the reference quantizer. */
 template <int BS>
-__global__ void __launch_bounds__(128) act_qdq_k(uint16_t *out, unsigned long long *counts, const float *x, int64_t N, int64_t K,
+__device__ __forceinline__ float block_max_lanes(float v)
+{
+#pragma unroll
+    for (int m = 1; m < BS / 8; m <<= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+    return v;
+}
+
+/* y = qdq(x) for this lane's 8 elements; h: the group's index in its block. */
+template <int BS>
+__device__ __forceinline__ void qdq_group(int fmt, const float x[8], float y[8], int h, int truncation_free)
+{
+    int fin = 1;
+    const float a0 = fp4rl_qdq_amax(x, 0, 4, &fin), a1 = fp4rl_qdq_amax(x, 4, 8, &fin);
+    const float mine = fmaxf(a0, a1);
+    const float amax = block_max_lanes<BS>(mine);
+    const float nonfinite = block_max_lanes<BS>(fin ? 0.0f : 1.0f);
+    if (nonfinite != 0.0f) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) y[j] = fp4rl_bits_f32(0x7fc00000u);
+        return;
+    }
+    if (fmt != FP4RL_QDQ_HIF4) {
+        const int fp8 = fmt == FP4RL_QDQ_MXFP8;
+        const int e = fp4rl_mx_scale_exp(amax, fp8 ? 8 : 2, fp8 ? 448.0f : 6.0f, truncation_free);
+#pragma unroll
+        for (int j = 0; j < 8; j++) y[j] = fp4rl_mx_decode(fp4rl_mx_encode(x[j], e, fp8, -1.0f), (uint8_t)(e + 127), fp8);
+        return;
+    }
+    /* this group's bits of the unit's scale word: its e8 bit and its two e16 bits */
+    const fp4rl_hif4_base b = fp4rl_hif4_make_base(amax);
+    const uint32_t e8 = fp4rl_hif4_e8(mine, b.rec);
+    const uint32_t word = b.e6m2 | e8 << (8 + h) | fp4rl_hif4_e16(a0, e8, b.rec) << (16 + 2 * h) |
+                          fp4rl_hif4_e16(a1, e8, b.rec) << (17 + 2 * h);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int jj = 8 * h + j;
+        const int inc = (int)((word >> (8 + jj / 8)) & 1u) + (int)((word >> (16 + jj / 4)) & 1u);
+        y[j] = fp4rl_hif4_decode(fp4rl_hif4_encode(x[j], inc, b.rec, -1.0f), word, jj);
+    }
+}
+
+__device__ __forceinline__ void store_bf16x8(uint16_t *o, const float y[8], int64_t valid, int vec)
+{
+    if (vec && valid >= 8) {
+        uint4 v;
+        v.x = (uint32_t)fp4rl_f32_to_bf16(y[0]) | (uint32_t)fp4rl_f32_to_bf16(y[1]) << 16;
+        v.y = (uint32_t)fp4rl_f32_to_bf16(y[2]) | (uint32_t)fp4rl_f32_to_bf16(y[3]) << 16;
+        v.z = (uint32_t)fp4rl_f32_to_bf16(y[4]) | (uint32_t)fp4rl_f32_to_bf16(y[5]) << 16;
+        v.w = (uint32_t)fp4rl_f32_to_bf16(y[6]) | (uint32_t)fp4rl_f32_to_bf16(y[7]) << 16;
+        *reinterpret_cast<uint4 *>(o) = v;
+        return;
+    }
+    for (int j = 0; j < 8 && j < valid; j++) o[j] = fp4rl_f32_to_bf16(y[j]);
+}
+
+template <int BS>
+__global__ void __launch_bounds__(256) act_qdq_k(uint16_t *out, unsigned long long *counts, const float *x, int64_t N, int64_t K,
                                                  int fmt, int truncation_free, int resq)
 {
     const int two = resq == FP4RL_RESQ_DENSE || resq == FP4RL_RESQ_2_4;
-    const int64_t nb = (K + BS - 1) / BS, ld = two ? 2 * K : K;
+    const int64_t gpr = (K + BS - 1) / BS * (BS / 8), ld = two ? 2 * K : K; /* groups per row, whole blocks */
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;   /* every lane runs: shuffles */
+    const int64_t n = i / gpr, g = i - n * gpr, k0 = g * 8;
+    const int h = (int)(g % (BS / 8));
+    const int64_t valid = n < N && k0 < K ? (K - k0 < 8 ? K - k0 : 8) : 0;
+    const int vec = (K % 8) == 0;
+    float xv[8], y[8];
+    if (valid == 8 && vec) {
+        const float4 *p = reinterpret_cast<const float4 *>(x + n * K + k0);
+        const float4 a = __ldg(p), c = __ldg(p + 1);
+        xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = c.x, xv[5] = c.y, xv[6] = c.z, xv[7] = c.w;
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) xv[j] = j < valid ? x[n * K + k0 + j] : 0.0f;
+    }
+    qdq_group<BS>(fmt, xv, y, h, truncation_free);
     unsigned long long nz = 0, under = 0;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * nb; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t n = i / nb, k0 = (i - n * nb) * BS;
-        const int len = (int)(K - k0 < BS ? K - k0 : BS);
-        const float *xr = x + n * K + k0;
-        float xb[BS], xq[BS];
-        for (int j = 0; j < len; j++) xb[j] = xr[j];
-        fp4rl_qdq_block(fmt, xb, xq, len, truncation_free);
-        uint16_t *o = out + n * ld + k0;
-        for (int j = 0; j < len; j++) {
-            nz += xb[j] != 0.0f;
-            under += xb[j] != 0.0f && xq[j] == 0.0f;
-            o[j] = fp4rl_f32_to_bf16(xq[j]);
-        }
-        if (!two) continue;
-        for (int j = 0; j < len; j++) xb[j] -= xq[j];
-        fp4rl_qdq_block(fmt, xb, xb, len, truncation_free);
-        if (resq == FP4RL_RESQ_2_4)
-            for (int j = 0; j < len; j += 4) fp4rl_mask_2_4_group(xb + j, len - j < 4 ? len - j : 4);
-        for (int j = 0; j < len; j++) o[K + j] = fp4rl_f32_to_bf16(xb[j]);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        nz += xv[j] != 0.0f;
+        under += xv[j] != 0.0f && y[j] == 0.0f;
+    }
+    if (valid) store_bf16x8(out + n * ld + k0, y, valid, vec);
+    if (two) {
+        float r[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) r[j] = xv[j] - y[j];
+        qdq_group<BS>(fmt, r, r, h, truncation_free);
+        /* padding zeros sort after a group's real elements, so the kept real ones are the CPU's */
+        if (resq == FP4RL_RESQ_2_4) fp4rl_mask_2_4_group(r, 4), fp4rl_mask_2_4_group(r + 4, 4);
+        if (valid) store_bf16x8(out + n * ld + K + k0, r, valid, vec);
     }
     if (!counts) return;
-    /* integer sums: exact whatever the order */
-    for (int m = 16; m > 0; m >>= 1) {
+    for (int m = 16; m > 0; m >>= 1) { /* integer sums: exact whatever the order */
         nz += __shfl_xor_sync(0xffffffffu, nz, m);
         under += __shfl_xor_sync(0xffffffffu, under, m);
     }
@@ -80,9 +150,10 @@ fp4rl_status fp4rl_cuda_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned 
         return fp4rl_cuda_check_launch(ctx, "rollout_act (bf16)");
     }
     const int bs = fp4rl_qdq_block_size(fmt);
-    const int64_t work = N * ((K + bs - 1) / bs);
-    if (bs == 64) act_qdq_k<64><<<ew_grid(work, 128), 128, 0, s>>>(out, counts, x, N, K, fmt, truncation_free, resq);
-    else act_qdq_k<32><<<ew_grid(work, 128), 128, 0, s>>>(out, counts, x, N, K, fmt, truncation_free, resq);
+    const int64_t threads = N * ((K + bs - 1) / bs) * (bs / 8);
+    const unsigned grid = fp4rl_cuda_blocks(threads, 256);
+    if (bs == 64) act_qdq_k<64><<<grid, 256, 0, s>>>(out, counts, x, N, K, fmt, truncation_free, resq);
+    else act_qdq_k<32><<<grid, 256, 0, s>>>(out, counts, x, N, K, fmt, truncation_free, resq);
     return fp4rl_cuda_check_launch(ctx, "rollout_act");
 }
 

@@ -182,7 +182,8 @@ static const char *SMALL =
     " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
     " \"max_position_embeddings\": 32, \"tie_word_embeddings\": false}";
 
-static void rollout_pair(fp4rl_dtype fmt, fp4rl_numerics numerics, fp4rl_resq resq, int expect_fast_zero_frac)
+static void rollout_pair(fp4rl_dtype fmt, fp4rl_numerics numerics, fp4rl_resq resq, int expect_fast_zero_frac, int64_t qk_format,
+                         int64_t fused)
 {
     fp4rl_quant_policy *p;
     OK(fp4rl_quant_policy_create(&p));
@@ -190,6 +191,7 @@ static void rollout_pair(fp4rl_dtype fmt, fp4rl_numerics numerics, fp4rl_resq re
     OK(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_ACTIVATION, fmt));
     OK(fp4rl_quant_policy_set(p, FP4RL_QP_ROLLOUT_NUMERICS, numerics));
     OK(fp4rl_quant_policy_set(p, FP4RL_QP_RESQ, resq));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_QK, qk_format));
     fp4rl_model *m;
     OK(fp4rl_model_create(&m, ctx, SMALL, p, 3));
     const int32_t prompts[9] = {13, 4, 10, 7, 11, 13, 9, 9, 10};
@@ -211,7 +213,7 @@ static void rollout_pair(fp4rl_dtype fmt, fp4rl_numerics numerics, fp4rl_resq re
     }
     printf("rollout %s numerics %d resq %d: fused vs generic: %d/%lld completions equal, max |d log mu| %.3g, act_zero_frac %.6f / %.6f\n",
            fp4rl_dtype_name(fmt), (int)numerics, (int)resq, equal, (long long)rf.n_seqs, lp, rf.act_zero_frac, rg.act_zero_frac);
-    ck_assert_int_eq(rf.fused_linears, 2 * 7 + 1); /* every linear and the head took the fused path */
+    ck_assert_int_eq(rf.fused_linears, fused);
     ck_assert_int_eq(rg.fused_linears, 0);
     ck_assert_int_ge(equal, rf.n_seqs - 1); /* one flip allowed: FP32 summation order can move a CDF step */
     ck_assert_msg(lp <= 1e-4, "log mu differs by %g", lp);
@@ -225,12 +227,17 @@ static void rollout_pair(fp4rl_dtype fmt, fp4rl_numerics numerics, fp4rl_resq re
 
 START_TEST(test_rollout_fused_equals_generic)
 {
-    rollout_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_2_4, 1);
-    rollout_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_DENSE, 1);
-    rollout_pair(FP4RL_DTYPE_MXFP4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_OFF, 1);
-    rollout_pair(FP4RL_DTYPE_MXFP4, FP4RL_NUMERICS_W16A4, FP4RL_RESQ_2_4, 1);
-    rollout_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A16, FP4RL_RESQ_2_4, 0);
-    rollout_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_BF16, FP4RL_RESQ_OFF, 0);
+    const int64_t all = 2 * 7 + 1; /* every linear of the 2 layers and the head */
+    rollout_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_2_4, 1, -1, all);
+    rollout_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_DENSE, 1, -1, all);
+    rollout_pair(FP4RL_DTYPE_MXFP4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_OFF, 1, -1, all);
+    rollout_pair(FP4RL_DTYPE_MXFP4, FP4RL_NUMERICS_W16A4, FP4RL_RESQ_2_4, 1, -1, all);
+    rollout_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A16, FP4RL_RESQ_2_4, 0, -1, all);
+    rollout_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_BF16, FP4RL_RESQ_OFF, 0, -1, all);
+    /* MXFP8 q/k projections take the generic path, the rest stays fused (no shared q/k/v operand) */
+    rollout_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_2_4, 1, FP4RL_DTYPE_MXFP8_E4M3, all - 2 * 2);
+    /* channel-50 needs the whole batch: generic everywhere but the (BF16) head */
+    rollout_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_CHANNEL_50, 1, -1, 1);
 }
 END_TEST
 
