@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "dist_common.h"
+#include "check_run.h" /* after fp4rl.h: its GPU helpers */
 
 #define OK(call) ck_assert_msg((call) == FP4RL_OK, "%s: %s", #call, fp4rl_last_error())
 #define MAX_STEPS 8
@@ -182,15 +183,9 @@ END_TEST
 
 int main(void)
 {
-    fp4rl_context *probe = NULL;
-    fp4rl_status st = fp4rl_context_create(&probe, FP4RL_DEVICE_CUDA, 0);
-    if (st != FP4RL_OK) {
-        printf("skip: no usable CUDA context (%s: %s)\n", fp4rl_status_name(st), fp4rl_last_error());
-        return 77;
-    }
-    fp4rl_context_destroy(probe);
+    if (fp4rl_gpu_or_skip("test_dist")) return 77;
     unsigned char id[FP4RL_NCCL_UNIQUE_ID_BYTES];
-    st = fp4rl_nccl_unique_id(id, sizeof id);
+    const fp4rl_status st = fp4rl_nccl_unique_id(id, sizeof id);
     if (st != FP4RL_OK) {
         printf("skip: no NCCL (%s: %s)\n", fp4rl_status_name(st), fp4rl_last_error());
         return 77;
@@ -202,10 +197,5 @@ int main(void)
     tcase_add_test(tc, test_world1_checkpoint);
     tcase_add_test(tc, test_bad_arguments);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* one process: CUDA state does not survive fork() */
-    srunner_run_all(sr, CK_NORMAL);
-    const int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return fp4rl_check_run_nofork(s);
 }
