@@ -3,7 +3,7 @@
 # .devrun/pkg.tar.xz by tools/devpack.sh): the op and RL parity suites, rollout throughput of fp4rl
 # next to PyTorch + HF generate in the same run, and the demo over several seeds on the GPU and
 # (single-threaded, in the background) on that machine's CPU. Logs land in $OUT.
-# Usage: bash bench/device_rollout.sh [parity] [dist] [throughput] [demo] [demo-cpu-start demo-cpu-wait]
+# Usage: bash bench/device_rollout.sh [parity] [dist] [train] [memcheck] [throughput] [demo] [demo-cpu-start demo-cpu-wait]
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/fp4rl && tar xJf .devrun/pkg.tar.xz -C /tmp/fp4rl
@@ -26,6 +26,10 @@ for step in "${steps[@]}"; do
     (cd /tmp && timeout 200 $bin/test_dist) 2>&1 | tee "$OUT/test_dist.log" | tail -5 ;
     (cd /tmp && timeout 200 $bin/dist_rl 1 --steps 3) 2>&1 | tee "$OUT/dist_rl.log" | tail -6 ;
     (cd /tmp && timeout 200 $bin/dist_rl 1 --bench --steps 3 --prompts 32 --group 8 --max-new 64) 2>&1 | tee "$OUT/dist_rl_bench.log" | tail -4 ;;
+  train) # training step throughput (the tiled attention), and the op suite under compute-sanitizer
+    (cd /tmp && timeout 200 $bin/fp4rl_model_throughput --train-only) 2>&1 | tee "$OUT/train.md" ;;
+  memcheck)
+    (cd /tmp && timeout 300 compute-sanitizer --tool memcheck --leak-check no $bin/test_ops_parity) 2>&1 | tee "$OUT/memcheck.log" | tail -4 ;;
   throughput)
     (cd /tmp && timeout 200 $bin/fp4rl_model_throughput --rollout-only) 2>&1 | tee "$OUT/throughput.md" ;
     timeout 200 python3 bench/model_throughput_torch.py 2>&1 | grep -v Warning | tee "$OUT/throughput_torch.md" ;;

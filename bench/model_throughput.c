@@ -6,7 +6,7 @@
  *   rollout: generated tokens/s of fp4rl_rl_session_rollout, 64-token prompts, 128 new tokens,
  *            64 and 256 sequences, BF16 rollout and FP4 (HiF4 W4A4 + ResQ 2:4) rollout
  * The PyTorch + HF transformers reference of the same shapes is bench/model_throughput_torch.py.
- *   fp4rl_model_throughput [--cpu] [--rollout-only]
+ *   fp4rl_model_throughput [--cpu] [--rollout-only | --train-only]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -39,12 +39,13 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
-    int cpu = 0, rollout_only = 0;
+    int cpu = 0, rollout_only = 0, train_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--cpu")) cpu = 1;
         else if (!strcmp(argv[i], "--rollout-only")) rollout_only = 1;
+        else if (!strcmp(argv[i], "--train-only")) train_only = 1;
         else {
-            fprintf(stderr, "usage: %s [--cpu] [--rollout-only]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--cpu] [--rollout-only | --train-only]\n", argv[0]);
             return 2;
         }
     }
@@ -79,7 +80,7 @@ int main(int argc, char **argv)
             printf("| train step, 16 x 512 | %s | %.0f |\n", fp4 ? "FP4 (HiF4, SR dY)" : "BF16", reps * B * T / (now() - t0));
             fflush(stdout);
         }
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 2 && !train_only; k++) {
             const size_t n_prompts = k ? 32 : 8; /* x 8 completions = 64 or 256 sequences */
             fp4rl_rl_session *s;
             CHECK(fp4rl_rl_session_create(&s, ctx, m, NULL));

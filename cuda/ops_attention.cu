@@ -1,7 +1,9 @@
 /*
  * ops_attention.cu - causal grouped-query attention (training forward and backward) and the
  * rollout's one-query decode attention on the GPU, FlashAttention's interface without its tiling:
- * one thread block per query row (forward, dq) or per key row (dk, dv).
+ * one thread block per query row (forward, dq) or per key row (dk, dv). Training attention with
+ * head dims 16/32/64/128 goes to the tiled kernels of ops_attention_tiled.cu instead; these
+ * kernels serve the other head dims and the rollout's decode step.
  *
  * Every sum runs in the CPU's order (core/cpu/ops_attention.c): a score is one thread's serial
  * float dot product (bitwise the CPU's), out and the gradients accumulate over keys (or over
@@ -195,6 +197,8 @@ fp4rl_status fp4rl_cuda_attention_forward(fp4rl_context *ctx, float *out, float 
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
     const float scale = 1.0f / sqrtf((float)D);
+    if (fp4rl_cuda_attention_tiled_ok(B, Hq, D))
+        return fp4rl_cuda_attention_forward_tiled(ctx, s, out, lse, q, k, v, lengths, B, T, Hq, Hkv, D, scale);
     attn_fwd_k<<<(unsigned)(B * T * Hq), AT, 2 * D * sizeof(float), s>>>(out, lse, q, k, v, lengths, T, Hq, Hkv, D, scale);
     return fp4rl_cuda_check_launch(ctx, "attention_forward");
 }
@@ -207,6 +211,8 @@ fp4rl_status fp4rl_cuda_attention_backward(fp4rl_context *ctx, float *dq, float 
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
     const float scale = 1.0f / sqrtf((float)D);
+    if (fp4rl_cuda_attention_tiled_ok(B, Hq, D))
+        return fp4rl_cuda_attention_backward_tiled(ctx, s, dq, dk, dv, dout, q, k, v, out, lse, lengths, B, T, Hq, Hkv, D, scale);
     attn_bwd_dq_k<<<(unsigned)(B * T * Hq), AT, 3 * D * sizeof(float), s>>>(dq, dout, q, k, v, out, lse, lengths, T, Hq, Hkv, D, scale);
     if ((st = fp4rl_cuda_check_launch(ctx, "attention_backward (dq)"))) return st;
     attn_bwd_dkv_k<<<(unsigned)(B * T * Hkv), AT, 4 * D * sizeof(float), s>>>(dk, dv, dout, q, k, v, out, lse, lengths, T, Hq, Hkv, D,

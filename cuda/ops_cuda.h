@@ -65,6 +65,16 @@ __device__ __forceinline__ float sinf_cr(float x) { return (float)sin((double)x)
 } // namespace fp4rl_cuda_ops_detail
 
 /* The ops (cuda/ops_*.cu); each is documented at its slot in core/ops.h. */
+/* The tiled training attention (ops_attention_tiled.cu) for the head dims and grids it covers. */
+int fp4rl_cuda_attention_tiled_ok(int64_t B, int64_t Hq, int64_t D);
+fp4rl_status fp4rl_cuda_attention_forward_tiled(fp4rl_context *ctx, cudaStream_t s, float *out, float *lse, const float *q, const float *k,
+                                                const float *v, const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv,
+                                                int64_t D, float scale);
+fp4rl_status fp4rl_cuda_attention_backward_tiled(fp4rl_context *ctx, cudaStream_t s, float *dq, float *dk, float *dv, const float *dout,
+                                                 const float *q, const float *k, const float *v, const float *out, const float *lse,
+                                                 const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
+                                                 float scale);
+
 #define FP4RL_CUDA_OP(name, ...) fp4rl_status fp4rl_cuda_##name(fp4rl_context *ctx, __VA_ARGS__)
 FP4RL_CUDA_OP(embedding_forward, float *out, const int32_t *tokens, const float *wte, int64_t N, int64_t V, int64_t C);
 FP4RL_CUDA_OP(embedding_backward, float *dwte, const float *dout, const int32_t *tokens, int64_t N, int64_t V, int64_t C);

@@ -239,13 +239,15 @@ START_TEST(test_linear)
 }
 END_TEST
 
-START_TEST(test_attention)
+/* Training attention fwd + bwd on one shape (head dims 16/32/64/128 take the tiled kernels,
+ * others the per-row ones), with and without sequence lengths. */
+static void attention_case(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, const int32_t *len)
 {
-    const int64_t B = 2, T = 9, Hq = 4, Hkv = 2, D = 16, nq = B * T * Hq * D, nk = B * T * Hkv * D;
-    const int32_t len[2] = {9, 5};
+    const int64_t nq = B * T * Hq * D, nk = B * T * Hkv * D;
     float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1), *out = malloc(nq * 4), *lse = malloc(B * Hq * T * 4);
     float *dq = upf(q, nq), *dk = upf(k, nk), *dv = upf(v, nk), *dout = upf(q, nq), *dlse = upf(lse, B * Hq * T);
     int32_t *dlen = upi(len, B);
+    printf("  attention B %lld T %lld Hq %lld Hkv %lld D %lld\n", (long long)B, (long long)T, (long long)Hq, (long long)Hkv, (long long)D);
     for (int with_len = 0; with_len < 2; with_len++) {
         const int32_t *L = with_len ? len : NULL, *dL = with_len ? dlen : NULL;
         C->attention_forward(cpu, out, lse, q, k, v, L, B, T, Hq, Hkv, D);
@@ -262,6 +264,19 @@ START_TEST(test_attention)
         free(go), free(gq), free(gk), free(gv);
         dfree(dgo), dfree(dgq), dfree(dgk), dfree(dgv);
     }
+    free(q), free(k), free(v), free(out), free(lse);
+    dfree(dq), dfree(dk), dfree(dv), dfree(dout), dfree(dlse), dfree(dlen);
+}
+
+START_TEST(test_attention)
+{
+    const int64_t B = 2, Hq = 4, Hkv = 2, D = 16;
+    const int32_t len[2] = {9, 5}, len2[2] = {100, 37}, len3[2] = {40, 33}, len4[1] = {70};
+    attention_case(B, 9, Hq, Hkv, D, len);
+    attention_case(2, 100, 8, 2, 64, len2); /* several tiles, a padded one, groups of 4 */
+    attention_case(2, 40, 2, 2, 128, len3);
+    attention_case(1, 70, 4, 1, 32, len4);
+    attention_case(1, 70, 6, 3, 24, len4); /* the per-row kernels */
     /* decode against a cache, and the cache writes */
     const int64_t Tm = 10, W = Hkv * D, nc = B * Tm * W;
     float *kc = rnd(nc, 1), *vc = rnd(nc, 1), *src = rnd(B * W, 1);
@@ -273,8 +288,8 @@ START_TEST(test_attention)
     C->attention_decode(cpu, od, qd, kc, vc, B, Tm, 7, Hq, Hkv, D);
     OKG(G->attention_decode(gpu, dod, dqd, dkc, dvc, B, Tm, 7, Hq, Hkv, D));
     cmp("attention_decode", dod, od, B * Hq * D, 1e-5);
-    free(q), free(k), free(v), free(out), free(lse), free(kc), free(vc), free(src), free(qd), free(od);
-    dfree(dq), dfree(dk), dfree(dv), dfree(dout), dfree(dlse), dfree(dlen), dfree(dkc), dfree(dvc), dfree(dsrc), dfree(dqd), dfree(dod);
+    free(kc), free(vc), free(src), free(qd), free(od);
+    dfree(dkc), dfree(dvc), dfree(dsrc), dfree(dqd), dfree(dod);
 }
 END_TEST
 
