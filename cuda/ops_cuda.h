@@ -62,6 +62,36 @@ __device__ __forceinline__ float powf_cr(float x, float y) { return (float)pow((
 __device__ __forceinline__ float cosf_cr(float x) { return (float)cos((double)x); }
 __device__ __forceinline__ float sinf_cr(float x) { return (float)sin((double)x); }
 
+/* Column sums acc[c] += sum_{n < N} f(n, c), deterministic and parallel over rows: chunks of
+ * COLSUM_ROWS rows summed serially (one thread per chunk and column, coalesced over columns), then
+ * the chunks in order. The rounding differs from a serial sum over all rows by the order only.
+ * f is a functor: float operator()(int64_t n, int64_t c) const. */
+constexpr int64_t COLSUM_ROWS = 64;
+template <typename F> __global__ void colsum_partial_k(float *part, int64_t N, int64_t C, F f)
+{
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+    if (c >= C) return;
+    const int64_t n0 = chunk * COLSUM_ROWS, n1 = n0 + COLSUM_ROWS < N ? n0 + COLSUM_ROWS : N;
+    float a = 0.0f;
+    for (int64_t n = n0; n < n1; n++) a += f(n, c);
+    part[chunk * C + c] = a;
+}
+__global__ void colsum_finish_k(float *acc, const float *part, int64_t chunks, int64_t C);
+template <typename F> fp4rl_status colsum(fp4rl_context *ctx, cudaStream_t s, float *acc, int64_t N, int64_t C, F f, const char *what)
+{
+    const int64_t chunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    if (chunks < 1) return FP4RL_OK;
+    void *part = NULL;
+    fp4rl_status st = fp4rl_cuda_alloc_bytes(ctx, &part, (size_t)(chunks * C) * sizeof(float));
+    if (st) return st;
+    const dim3 grid(fp4rl_cuda_blocks(C, 128), (unsigned)chunks);
+    colsum_partial_k<F><<<grid, 128, 0, s>>>(static_cast<float *>(part), N, C, f);
+    colsum_finish_k<<<fp4rl_cuda_blocks(C, 128), 128, 0, s>>>(acc, static_cast<const float *>(part), chunks, C);
+    st = fp4rl_cuda_check_launch(ctx, what);
+    fp4rl_cuda_free_bytes(ctx, part);
+    return st;
+}
+
 } // namespace fp4rl_cuda_ops_detail
 
 /* The ops (cuda/ops_*.cu); each is documented at its slot in core/ops.h. */

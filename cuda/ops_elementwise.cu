@@ -189,3 +189,13 @@ fp4rl_status fp4rl_cuda_underflow_count(fp4rl_context *ctx, float *counts, const
     underflow_k<<<1, RED_THREADS, 0, s>>>(counts, x, xq, n);
     return fp4rl_cuda_check_launch(ctx, "underflow_count");
 }
+
+/* the second stage of ops_cuda.h's colsum: the chunks' partial sums, in chunk order */
+__global__ void fp4rl_cuda_ops_detail::colsum_finish_k(float *acc, const float *part, int64_t chunks, int64_t C)
+{
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float a = acc[c];
+    for (int64_t k = 0; k < chunks; k++) a += part[k * C + c];
+    acc[c] = a;
+}

@@ -41,14 +41,11 @@ __global__ void bias_fill_k(float *y, const float *b, int64_t N, int64_t OUT)
         y[i] = b[i % OUT];
 }
 
-__global__ void bias_grad_k(float *db, const float *dy, int64_t N, int64_t OUT)
-{
-    const int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (o >= OUT) return;
-    float acc = db[o];
-    for (int64_t n = 0; n < N; n++) acc += dy[n * OUT + o];
-    db[o] = acc;
-}
+struct BiasDy {
+    const float *dy;
+    int64_t OUT;
+    __device__ float operator()(int64_t n, int64_t o) const { return dy[n * OUT + o]; }
+};
 
 /* The same product on cuBLASLt. Row-major X is column-major X^T, so the row-major product is the
  * column-major C^T[N,M] = op(B)^T op(A)^T: cuBLASLt's first operand is our B, its second our A. */
@@ -147,8 +144,7 @@ fp4rl_status fp4rl_cuda_linear_backward(fp4rl_context *ctx, float *dx, float *dw
     /* dw [OUT, IN] += dy^T . x, dy stored [N, OUT] */
     if (dw && (st = gemm_rm(ctx, dw, dy_dw, x_dw, OUT, IN, N, 1, 0, OUT, IN, 1.0f, "linear_backward (dw)"))) return st;
     if (db) {
-        bias_grad_k<<<fp4rl_cuda_blocks(OUT, 128), 128, 0, s>>>(db, dy_db, N, OUT);
-        st = fp4rl_cuda_check_launch(ctx, "linear_backward (db)");
+        st = colsum(ctx, s, db, N, OUT, BiasDy{dy_db, OUT}, "linear_backward (db)");
     }
     return st;
 }

@@ -43,14 +43,12 @@ __global__ void __launch_bounds__(RED_THREADS) rmsnorm_bwd_dx_k(float *dx, const
     }
 }
 
-__global__ void rmsnorm_bwd_dw_k(float *dweight, const float *dout, const float *x, const float *rstd, int64_t N, int64_t C)
-{
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float acc = dweight[c];
-    for (int64_t n = 0; n < N; n++) acc += dout[n * C + c] * (x[n * C + c] * rstd[n]);
-    dweight[c] = acc;
-}
+/* the dweight term of row n, column c */
+struct RmsDw {
+    const float *dout, *x, *rstd;
+    int64_t C;
+    __device__ float operator()(int64_t n, int64_t c) const { return dout[n * C + c] * (x[n * C + c] * rstd[n]); }
+};
 
 } // namespace
 
@@ -73,8 +71,7 @@ fp4rl_status fp4rl_cuda_rmsnorm_backward(fp4rl_context *ctx, float *dx, float *d
     rmsnorm_bwd_dx_k<<<(unsigned)N, RED_THREADS, 0, s>>>(dx, dout, x, weight, rstd, C);
     if ((st = fp4rl_cuda_check_launch(ctx, "rmsnorm_backward (dx)"))) return st;
     if (dweight) {
-        rmsnorm_bwd_dw_k<<<fp4rl_cuda_blocks(C, 128), 128, 0, s>>>(dweight, dout, x, rstd, N, C);
-        st = fp4rl_cuda_check_launch(ctx, "rmsnorm_backward (dweight)");
+        st = colsum(ctx, s, dweight, N, C, RmsDw{dout, x, rstd, C}, "rmsnorm_backward (dweight)");
     }
     return st;
 }
