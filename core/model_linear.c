@@ -155,12 +155,37 @@ static fp4rl_status forward_operand(fp4rl_model *m, fp4rl_arena *a, const fp4rl_
     return fp4rl_linear_operand(m, a, *dst, src, rows, cols, s, role, 0);
 }
 
+/* The operand values of `role` are exactly BF16: BF16-rounded, or MXFP4 / HiF4 values (a few
+ * significant bits times a power of two, or HiF4's E6M2 base). Such GEMMs run on BF16 operands:
+ * the products are the FP32 path's, on the GPU's tensor cores. */
+static int bf16_exact(const fp4rl_linear_spec *s, fp4rl_role r)
+{
+    return s->mode[r] == FP4RL_NUM_BF16 ||
+           (s->mode[r] == FP4RL_NUM_FP4 && (s->fmt[r] == FP4RL_DTYPE_MXFP4 || s->fmt[r] == FP4RL_DTYPE_HIF4));
+}
+
+/* A BF16 copy of src [rows, cols] in arena t (NULL on failure: t->st). */
+static uint16_t *as_bf16(fp4rl_model *m, fp4rl_arena *t, const float *src, int64_t rows, int64_t cols)
+{
+    uint16_t *d = fp4rl_arena_alloc(t, rows * cols, sizeof(uint16_t));
+    if (d) t->st = m->ops->pack_bf16(m->ctx, d, cols, src, rows, cols);
+    return t->st ? NULL : d;
+}
+
 fp4rl_status fp4rl_linear_forward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, fp4rl_linear_saved *sv,
                                   float *y, float *x, float *w, const float *b, int64_t N, int64_t IN, int64_t OUT)
 {
     fp4rl_status st = forward_operand(m, a, s, FP4RL_ROLE_WEIGHT, &sv->wq, w, OUT, IN);
     if (!st) st = forward_operand(m, a, s, FP4RL_ROLE_ACTIVATION, &sv->xq, x, N, IN);
-    return st ? st : m->ops->linear_forward(m->ctx, y, sv->xq, sv->wq, b, N, IN, OUT);
+    if (st) return st;
+    if (m->ops->linear_forward_bf16 && bf16_exact(s, FP4RL_ROLE_WEIGHT) && bf16_exact(s, FP4RL_ROLE_ACTIVATION)) {
+        fp4rl_arena t = {.ctx = m->ctx}; /* freed at once: the GPU allocator reuses in stream order */
+        const uint16_t *xb = as_bf16(m, &t, sv->xq, N, IN), *wb = xb ? as_bf16(m, &t, sv->wq, OUT, IN) : NULL;
+        st = wb ? m->ops->linear_forward_bf16(m->ctx, y, xb, wb, b, N, IN, OUT) : t.st;
+        fp4rl_arena_free(&t);
+        return st;
+    }
+    return m->ops->linear_forward(m->ctx, y, sv->xq, sv->wq, b, N, IN, OUT);
 }
 
 /* The operand of `role` for a backward GEMM contracting along rows or the last dim: the forward
@@ -195,5 +220,21 @@ fp4rl_status fp4rl_linear_backward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_l
     if (!st) st = backward_operand(m, a, s, FP4RL_ROLE_WEIGHT, &w_dx, sv->wq, w, OUT, IN);   /* along OUT */
     if (!st) st = backward_operand(m, a, s, FP4RL_ROLE_ACTIVATION, &x_dw, sv->xq, x, N, IN); /* along tokens */
     if (st) return st;
+    if (m->ops->linear_backward_bf16 && bf16_exact(s, G) && bf16_exact(s, FP4RL_ROLE_WEIGHT) &&
+        bf16_exact(s, FP4RL_ROLE_ACTIVATION)) {
+        fp4rl_arena t = {.ctx = m->ctx};
+        const uint16_t *g1 = NULL, *wb = NULL, *g2 = NULL, *xb = NULL;
+        if (dx) {
+            g1 = as_bf16(m, &t, dy_dx, N, OUT);
+            wb = g1 ? as_bf16(m, &t, w_dx, OUT, IN) : NULL;
+        }
+        if (dw && !t.st) {
+            g2 = dy_dw == dy_dx && g1 ? g1 : as_bf16(m, &t, dy_dw, N, OUT);
+            xb = g2 ? as_bf16(m, &t, x_dw, N, IN) : NULL;
+        }
+        st = t.st ? t.st : m->ops->linear_backward_bf16(m->ctx, dx, dw, db, g1, wb, g2, xb, dy, N, IN, OUT);
+        fp4rl_arena_free(&t);
+        return st;
+    }
     return m->ops->linear_backward(m->ctx, dx, dw, db, dy_dx, w_dx, dy_dw, x_dw, dy, N, IN, OUT);
 }

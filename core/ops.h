@@ -193,6 +193,10 @@ typedef struct fp4rl_ops {
                                         int64_t N, int64_t IN, int64_t OUT);
     /* dst[r * ld + c] = the BF16 bits of src[r * cols + c] (round to nearest even). */
     fp4rl_status (*pack_bf16)(fp4rl_context *ctx, uint16_t *dst, int64_t ld, const float *src, int64_t rows, int64_t cols);
+    /* linear_backward on BF16 operands (bit patterns; dy_db stays FP32): FP32 products and sums. */
+    fp4rl_status (*linear_backward_bf16)(fp4rl_context *ctx, float *dx, float *dw, float *db, const uint16_t *dy_dx,
+                                         const uint16_t *w_dx, const uint16_t *dy_dw, const uint16_t *x_dw,
+                                         const float *dy_db, int64_t N, int64_t IN, int64_t OUT);
 } fp4rl_ops;
 
 FP4RL_HIDDEN extern const fp4rl_ops fp4rl_cpu_ops;

@@ -153,6 +153,8 @@ FP4RL_CUDA_OP(rollout_act, uint16_t *out, unsigned long long *counts, const floa
 FP4RL_CUDA_OP(linear_forward_bf16, float *y, const uint16_t *x, const uint16_t *w, const float *b, int64_t N, int64_t IN,
               int64_t OUT);
 FP4RL_CUDA_OP(pack_bf16, uint16_t *dst, int64_t ld, const float *src, int64_t rows, int64_t cols);
+FP4RL_CUDA_OP(linear_backward_bf16, float *dx, float *dw, float *db, const uint16_t *dy_dx, const uint16_t *w_dx,
+              const uint16_t *dy_dw, const uint16_t *x_dw, const float *dy_db, int64_t N, int64_t IN, int64_t OUT);
 FP4RL_CUDA_OP(scale, float *x, int64_t n, float alpha);
 #undef FP4RL_CUDA_OP
 

@@ -1,8 +1,9 @@
 /*
  * ops_linear.cu - the FP32 linear layer on cuBLASLt (CUBLAS_COMPUTE_32F: true FP32 products and
  * sums, never TF32), on the context's handle, workspace and stream; the bias sums in a column
- * kernel, serial over rows like the CPU. A plain kernel covers shapes cuBLASLt has no algorithm
- * for. The GEMMs match the CPU's OpenBLAS up to FP32 summation order.
+ * kernel. A plain kernel covers shapes cuBLASLt has no algorithm for. The GEMMs match the CPU's
+ * OpenBLAS up to FP32 summation order. The _bf16 forms take BF16 operands (exactly representable
+ * values, so the products are the FP32 path's) on the tensor cores, with FP32 accumulation.
  */
 #include "formats.h"
 #include "ops_cuda.h"
@@ -12,14 +13,17 @@ using namespace fp4rl_cuda_ops_detail;
 namespace {
 
 /* Row-major C[M,N] = op(A)[M,K] op(B)[K,N] + beta C, A stored [M,K] (or [K,M] when ta) with row
- * length lda, B stored [K,N] (or [N,K] when tb) with row length ldb. */
-__global__ void gemm_naive_k(float *c, const float *a, const float *b, int64_t M, int64_t N, int64_t K, int ta, int tb, int64_t lda,
+ * length lda, B stored [K,N] (or [N,K] when tb) with row length ldb; T: float or BF16 bits. */
+__device__ __forceinline__ float wide(float v) { return v; }
+__device__ __forceinline__ float wide(uint16_t v) { return fp4rl_bf16_to_f32(v); }
+template <typename T>
+__global__ void gemm_naive_k(float *c, const T *a, const T *b, int64_t M, int64_t N, int64_t K, int ta, int tb, int64_t lda,
                              int64_t ldb, float beta)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < M * N; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t m = i / N, n = i - m * N;
         float acc = 0.0f;
-        for (int64_t k = 0; k < K; k++) acc += (ta ? a[k * lda + m] : a[m * lda + k]) * (tb ? b[n * ldb + k] : b[k * ldb + n]);
+        for (int64_t k = 0; k < K; k++) acc += wide(ta ? a[k * lda + m] : a[m * lda + k]) * wide(tb ? b[n * ldb + k] : b[k * ldb + n]);
         c[i] = beta == 0.0f ? acc : acc + beta * c[i];
     }
 }
@@ -49,8 +53,8 @@ struct BiasDy {
 
 /* The same product on cuBLASLt. Row-major X is column-major X^T, so the row-major product is the
  * column-major C^T[N,M] = op(B)^T op(A)^T: cuBLASLt's first operand is our B, its second our A. */
-fp4rl_status gemm_rm(fp4rl_context *ctx, float *c, const float *a, const float *b, int64_t M, int64_t N, int64_t K, int ta, int tb,
-                     int64_t lda, int64_t ldb, float beta, const char *what)
+fp4rl_status gemm_rm(fp4rl_context *ctx, float *c, const void *a, const void *b, int64_t M, int64_t N, int64_t K, int ta, int tb,
+                     int64_t lda, int64_t ldb, float beta, const char *what, cudaDataType_t ab = CUDA_R_32F)
 {
     fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
     cublasLtMatmulDesc_t desc = NULL;
@@ -61,9 +65,9 @@ fp4rl_status gemm_rm(fp4rl_context *ctx, float *c, const float *a, const float *
     ok = ok && cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1) == CUBLAS_STATUS_SUCCESS;
     ok = ok && cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2) == CUBLAS_STATUS_SUCCESS;
     /* stored shapes, column-major: B^T is [N,K] (or [K,N] when tb), A^T is [K,M] (or [M,K] when ta) */
-    ok = ok && cublasLtMatrixLayoutCreate(&l1, CUDA_R_32F, tb ? (uint64_t)K : (uint64_t)N, tb ? (uint64_t)N : (uint64_t)K, ldb) ==
+    ok = ok && cublasLtMatrixLayoutCreate(&l1, ab, tb ? (uint64_t)K : (uint64_t)N, tb ? (uint64_t)N : (uint64_t)K, ldb) ==
                    CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatrixLayoutCreate(&l2, CUDA_R_32F, ta ? (uint64_t)M : (uint64_t)K, ta ? (uint64_t)K : (uint64_t)M, lda) ==
+    ok = ok && cublasLtMatrixLayoutCreate(&l2, ab, ta ? (uint64_t)M : (uint64_t)K, ta ? (uint64_t)K : (uint64_t)M, lda) ==
                    CUBLAS_STATUS_SUCCESS;
     ok = ok && cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)N, (uint64_t)M, N) == CUBLAS_STATUS_SUCCESS;
     ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
@@ -86,7 +90,12 @@ fp4rl_status gemm_rm(fp4rl_context *ctx, float *c, const float *a, const float *
     if (l2) cublasLtMatrixLayoutDestroy(l2);
     if (l1) cublasLtMatrixLayoutDestroy(l1);
     if (desc) cublasLtMatmulDescDestroy(desc);
-    if (!done) gemm_naive_k<<<ew_grid(M * N), 256, 0, cu->stream>>>(c, a, b, M, N, K, ta, tb, lda, ldb, beta);
+    if (!done && ab == CUDA_R_16BF)
+        gemm_naive_k<uint16_t><<<ew_grid(M * N), 256, 0, cu->stream>>>(c, static_cast<const uint16_t *>(a), static_cast<const uint16_t *>(b), M,
+                                                                     N, K, ta, tb, lda, ldb, beta);
+    else if (!done)
+        gemm_naive_k<float><<<ew_grid(M * N), 256, 0, cu->stream>>>(c, static_cast<const float *>(a), static_cast<const float *>(b), M, N, K,
+                                                                  ta, tb, lda, ldb, beta);
     return fp4rl_cuda_check_launch(ctx, what);
 }
 
@@ -131,6 +140,19 @@ fp4rl_status fp4rl_cuda_linear_forward_bf16(fp4rl_context *ctx, float *y, const 
     }
     gemm_bf16_naive_k<<<ew_grid(N * OUT), 256, 0, s>>>(y, x, w, N, IN, OUT);
     return fp4rl_cuda_check_launch(ctx, "linear_forward_bf16 (fallback)");
+}
+
+fp4rl_status fp4rl_cuda_linear_backward_bf16(fp4rl_context *ctx, float *dx, float *dw, float *db, const uint16_t *dy_dx,
+                                             const uint16_t *w_dx, const uint16_t *dy_dw, const uint16_t *x_dw, const float *dy_db,
+                                             int64_t N, int64_t IN, int64_t OUT)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    if (dx && (st = gemm_rm(ctx, dx, dy_dx, w_dx, N, IN, OUT, 0, 0, OUT, IN, 1.0f, "linear_backward_bf16 (dx)", CUDA_R_16BF))) return st;
+    if (dw && (st = gemm_rm(ctx, dw, dy_dw, x_dw, OUT, IN, N, 1, 0, OUT, IN, 1.0f, "linear_backward_bf16 (dw)", CUDA_R_16BF))) return st;
+    if (db) st = colsum(ctx, s, db, N, OUT, BiasDy{dy_db, OUT}, "linear_backward_bf16 (db)");
+    return st;
 }
 
 fp4rl_status fp4rl_cuda_linear_backward(fp4rl_context *ctx, float *dx, float *dw, float *db, const float *dy_dx, const float *w_dx,

@@ -46,4 +46,5 @@ extern "C" const fp4rl_ops fp4rl_cuda_ops = {
     fp4rl_cuda_rollout_act,
     fp4rl_cuda_linear_forward_bf16,
     fp4rl_cuda_pack_bf16,
+    fp4rl_cuda_linear_backward_bf16,
 };

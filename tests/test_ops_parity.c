@@ -421,6 +421,23 @@ START_TEST(test_rollout_fused_ops)
         OKG(G->linear_forward_bf16(gpu, dy, dxb, dwb, with_b ? db : NULL, N, K, OUT));
         cmp(with_b ? "linear_forward_bf16 (bias)" : "linear_forward_bf16", dy, yc, N * OUT, 1e-5);
     }
+    /* the backward on BF16 operands: dx += dy w, dw += dy^T x, db += colsum dy (dy: yc, packed) */
+    {
+        uint16_t *gb = malloc((size_t)(N * OUT) * 2);
+        float *gx = rnd(N * K, 1), *gw = rnd(OUT * K, 1), *gbias = rnd(OUT, 1);
+        float *dgx = upf(gx, N * K), *dgw = upf(gw, OUT * K), *dgbias = upf(gbias, OUT), *dyc = upf(yc, N * OUT);
+        void *dgb = NULL;
+        ck_assert_int_eq(gpu->be->alloc(gpu, &dgb, (size_t)(N * OUT) * 2), FP4RL_OK);
+        OKG(C->pack_bf16(cpu, gb, OUT, yc, N, OUT));
+        OKG(G->pack_bf16(gpu, dgb, OUT, dyc, N, OUT));
+        OKG(C->linear_backward_bf16(cpu, gx, gw, gbias, gb, wb, gb, xb, yc, N, K, OUT));
+        OKG(G->linear_backward_bf16(gpu, dgx, dgw, dgbias, dgb, dwb, dgb, dxb, dyc, N, K, OUT));
+        cmp("linear_backward_bf16 dx", dgx, gx, N * K, 1e-5);
+        cmp("linear_backward_bf16 dw", dgw, gw, OUT * K, 1e-5);
+        cmp("linear_backward_bf16 db", dgbias, gbias, OUT, 1e-5);
+        free(gb), free(gx), free(gw), free(gbias);
+        dfree(dgx), dfree(dgw), dfree(dgbias), dfree(dyc), dfree(dgb);
+    }
     free(x), free(w), free(b), free(yc), free(xb), free(wb), free(xf);
     dfree(dx), dfree(dxf), dfree(dw), dfree(db), dfree(dy), dfree(dxb), dfree(dwb);
 }

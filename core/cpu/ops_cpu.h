@@ -93,4 +93,8 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_linear_forward_bf16(fp4rl_context *ctx, floa
                                                         int64_t OUT);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_pack_bf16(fp4rl_context *ctx, uint16_t *dst, int64_t ld, const float *src,
                                               int64_t rows, int64_t cols);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_linear_backward_bf16(fp4rl_context *ctx, float *dx, float *dw, float *db,
+                                                         const uint16_t *dy_dx, const uint16_t *w_dx,
+                                                         const uint16_t *dy_dw, const uint16_t *x_dw, const float *dy_db,
+                                                         int64_t N, int64_t IN, int64_t OUT);
 #endif

@@ -1,7 +1,7 @@
 /*
- * ops_rollout_fast.c - the rollout's fused linear path on the CPU (core/ops.h): the activation
- * operand in one pass (qdq_block.h, the function the CUDA kernel calls too), a linear layer on
- * BF16 operands, and BF16 packing of the rollout weights.
+ * ops_rollout_fast.c - the BF16-operand ops on the CPU (core/ops.h): the rollout's activation
+ * operand in one pass (qdq_block.h), the linear layer forward and backward on BF16 operands
+ * (widened exactly, then the FP32 layer), and BF16 packing.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -47,21 +47,40 @@ fp4rl_status fp4rl_cpu_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned l
     return FP4RL_OK;
 }
 
+/* exact widening of n BF16 values into a new array (NULL: out of memory) */
+static float *widen(const uint16_t *x, int64_t n)
+{
+    float *f = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (f)
+        for (int64_t i = 0; i < n; i++) f[i] = fp4rl_bf16_to_f32(x[i]);
+    return f;
+}
+
 fp4rl_status fp4rl_cpu_linear_forward_bf16(fp4rl_context *ctx, float *y, const uint16_t *x, const uint16_t *w,
                                            const float *b, int64_t N, int64_t IN, int64_t OUT)
 {
     /* widen (exactly) and run the FP32 layer: the products are exact in FP32 either way */
-    float *xf = malloc((size_t)(N * IN) * sizeof(float)), *wf = malloc((size_t)(OUT * IN) * sizeof(float));
-    if (!xf || !wf) {
-        free(xf);
-        free(wf);
-        return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "linear_forward_bf16: out of memory");
-    }
-    for (int64_t i = 0; i < N * IN; i++) xf[i] = fp4rl_bf16_to_f32(x[i]);
-    for (int64_t i = 0; i < OUT * IN; i++) wf[i] = fp4rl_bf16_to_f32(w[i]);
-    fp4rl_status st = fp4rl_cpu_linear_forward(ctx, y, xf, wf, b, N, IN, OUT);
+    float *xf = widen(x, N * IN), *wf = widen(w, OUT * IN);
+    fp4rl_status st = xf && wf ? fp4rl_cpu_linear_forward(ctx, y, xf, wf, b, N, IN, OUT)
+                               : fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "linear_forward_bf16: out of memory");
     free(xf);
     free(wf);
+    return st;
+}
+
+fp4rl_status fp4rl_cpu_linear_backward_bf16(fp4rl_context *ctx, float *dx, float *dw, float *db, const uint16_t *dy_dx,
+                                            const uint16_t *w_dx, const uint16_t *dy_dw, const uint16_t *x_dw,
+                                            const float *dy_db, int64_t N, int64_t IN, int64_t OUT)
+{
+    float *a = dx ? widen(dy_dx, N * OUT) : NULL, *b = dx ? widen(w_dx, OUT * IN) : NULL;
+    float *c = dw ? widen(dy_dw, N * OUT) : NULL, *d = dw ? widen(x_dw, N * IN) : NULL;
+    fp4rl_status st = FP4RL_OK;
+    if ((dx && (!a || !b)) || (dw && (!c || !d))) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "linear_backward_bf16: out of memory");
+    if (!st) st = fp4rl_cpu_linear_backward(ctx, dx, dw, db, a, b, c, d, dy_db, N, IN, OUT);
+    free(a);
+    free(b);
+    free(c);
+    free(d);
     return st;
 }
 

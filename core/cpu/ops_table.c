@@ -35,4 +35,5 @@ const fp4rl_ops fp4rl_cpu_ops = {
     .rollout_act = fp4rl_cpu_rollout_act,
     .linear_forward_bf16 = fp4rl_cpu_linear_forward_bf16,
     .pack_bf16 = fp4rl_cpu_pack_bf16,
+    .linear_backward_bf16 = fp4rl_cpu_linear_backward_bf16,
 };
