@@ -84,7 +84,7 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_scale(fp4rl_context *ctx, float *x, int64_t 
 FP4RL_HIDDEN float fp4rl_cpu_attend_row(float *o, const float *q, const float *k, const float *v, int64_t stride,
                                         int64_t n_keys, int64_t D, float scale);
 
-/* core/cpu/ops_rollout_fast.c */
+/* core/cpu/ops_rollout_fast.c (rollout_act) and ops_linear.c (the BF16-operand layer, packing) */
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned long long *counts,
                                                 const float *x, int64_t N, int64_t K, int fmt, int truncation_free,
                                                 int resq);

@@ -1,11 +1,8 @@
 /*
- * ops_rollout_fast.c - the BF16-operand ops on the CPU (core/ops.h): the rollout's activation
- * operand in one pass (qdq_block.h), the linear layer forward and backward on BF16 operands
- * (widened exactly, then the FP32 layer), and BF16 packing.
+ * ops_rollout_fast.c - the rollout's fused activation operand on the CPU (core/ops.h): one pass of
+ * qdq_block.h (the CUDA kernel's arithmetic) per block, ResQ's residual and 2:4 mask, BF16 words.
+ * The BF16 linear layer it feeds lives in ops_linear.c.
  */
-#include <stdlib.h>
-#include <string.h>
-
 #include "ops_cpu.h"
 #include "qdq_block.h"
 
@@ -44,51 +41,5 @@ fp4rl_status fp4rl_cpu_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned l
         counts[0] += nz;
         counts[1] += under;
     }
-    return FP4RL_OK;
-}
-
-/* exact widening of n BF16 values into a new array (NULL: out of memory) */
-static float *widen(const uint16_t *x, int64_t n)
-{
-    float *f = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (f)
-        for (int64_t i = 0; i < n; i++) f[i] = fp4rl_bf16_to_f32(x[i]);
-    return f;
-}
-
-fp4rl_status fp4rl_cpu_linear_forward_bf16(fp4rl_context *ctx, float *y, const uint16_t *x, const uint16_t *w,
-                                           const float *b, int64_t N, int64_t IN, int64_t OUT)
-{
-    /* widen (exactly) and run the FP32 layer: the products are exact in FP32 either way */
-    float *xf = widen(x, N * IN), *wf = widen(w, OUT * IN);
-    fp4rl_status st = xf && wf ? fp4rl_cpu_linear_forward(ctx, y, xf, wf, b, N, IN, OUT)
-                               : fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "linear_forward_bf16: out of memory");
-    free(xf);
-    free(wf);
-    return st;
-}
-
-fp4rl_status fp4rl_cpu_linear_backward_bf16(fp4rl_context *ctx, float *dx, float *dw, float *db, const uint16_t *dy_dx,
-                                            const uint16_t *w_dx, const uint16_t *dy_dw, const uint16_t *x_dw,
-                                            const float *dy_db, int64_t N, int64_t IN, int64_t OUT)
-{
-    float *a = dx ? widen(dy_dx, N * OUT) : NULL, *b = dx ? widen(w_dx, OUT * IN) : NULL;
-    float *c = dw ? widen(dy_dw, N * OUT) : NULL, *d = dw ? widen(x_dw, N * IN) : NULL;
-    fp4rl_status st = FP4RL_OK;
-    if ((dx && (!a || !b)) || (dw && (!c || !d))) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "linear_backward_bf16: out of memory");
-    if (!st) st = fp4rl_cpu_linear_backward(ctx, dx, dw, db, a, b, c, d, dy_db, N, IN, OUT);
-    free(a);
-    free(b);
-    free(c);
-    free(d);
-    return st;
-}
-
-fp4rl_status fp4rl_cpu_pack_bf16(fp4rl_context *ctx, uint16_t *dst, int64_t ld, const float *src, int64_t rows,
-                                 int64_t cols)
-{
-    (void)ctx;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) dst[r * ld + c] = fp4rl_f32_to_bf16(src[r * cols + c]);
     return FP4RL_OK;
 }
