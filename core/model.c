@@ -212,9 +212,16 @@ fp4rl_status fp4rl_model_get_info(const fp4rl_model *m, fp4rl_model_info key, in
     case FP4RL_MI_TIED_EMBEDDINGS: *value = c->tie_word_embeddings; break;
     case FP4RL_MI_NUM_PARAMETERS: *value = m->total; break;
     case FP4RL_MI_STEP: *value = m->step; break;
-    default: return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: unknown key %d (0 .. 10)", fn, (int)key);
+    case FP4RL_MI_NUM_TENSORS: *value = m->n_params; break;
+    default: return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: unknown key %d (0 .. 11)", fn, (int)key);
     }
     return FP4RL_OK;
+}
+
+const char *fp4rl_model_param_name(const fp4rl_model *m, size_t i)
+{
+    if (check_model(m, "fp4rl_model_param_name") || i >= (size_t)m->n_params) return NULL;
+    return m->params[i].name;
 }
 
 static const fp4rl_param *find_param(const fp4rl_model *m, const char *name)

@@ -255,6 +255,23 @@ START_TEST(test_save_load_roundtrip)
     ck_assert_int_eq(fp4rl_model_get_param(m, "model.norm.weight", w, sizeof w), FP4RL_OK);
     ck_assert_int_eq(fp4rl_model_get_param(m, "model.norm.weight", w, sizeof w - 4), FP4RL_ERR_SHAPE);
     ck_assert_int_eq(fp4rl_model_get_param(m, "model.nope", w, sizeof w), FP4RL_ERR_INVALID_ARGUMENT);
+    /* the parameter list: every name resolves, the shapes add up to the float count */
+    int64_t n_tensors = 0, n_floats = 0, total = 0;
+    ck_assert_int_eq(fp4rl_model_get_info(m, FP4RL_MI_NUM_TENSORS, &n_tensors), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_model_get_info(m, FP4RL_MI_NUM_PARAMETERS, &n_floats), FP4RL_OK);
+    ck_assert_int_ge(n_tensors, 3);
+    ck_assert_str_eq(fp4rl_model_param_name(m, 0), "model.embed_tokens.weight");
+    for (int64_t i = 0; i < n_tensors; i++) {
+        const char *name = fp4rl_model_param_name(m, (size_t)i);
+        ck_assert_ptr_nonnull(name);
+        int nd;
+        int64_t dims[2];
+        ck_assert_msg(fp4rl_model_param_shape(m, name, &nd, dims) == FP4RL_OK, "%s: %s", name, fp4rl_last_error());
+        total += nd == 2 ? dims[0] * dims[1] : dims[0];
+    }
+    ck_assert_int_eq(total, n_floats);
+    ck_assert_ptr_null(fp4rl_model_param_name(m, (size_t)n_tensors));
+    ck_assert_ptr_null(fp4rl_model_param_name(NULL, 0));
     /* bad batches */
     int32_t bad[2] = {1, 1000}, blen[1] = {0};
     ck_assert_int_eq(fp4rl_model_logits(m, bad, NULL, 1, 2, a, sizeof a), FP4RL_ERR_INVALID_ARGUMENT);

@@ -382,13 +382,19 @@ typedef enum fp4rl_mparam {
 FP4RL_API fp4rl_status fp4rl_model_set_hparam(fp4rl_model *m, fp4rl_mparam param, double value);
 FP4RL_API fp4rl_status fp4rl_model_get_hparam(const fp4rl_model *m, fp4rl_mparam param, double *value);
 
-/* Sizes of the model. */
+/* Sizes of the model. FP4RL_MI_NUM_PARAMETERS counts floats; FP4RL_MI_NUM_TENSORS counts the
+ * parameter tensors that fp4rl_model_param_name lists. */
 typedef enum fp4rl_model_info {
     FP4RL_MI_VOCAB_SIZE = 0, FP4RL_MI_HIDDEN_SIZE = 1, FP4RL_MI_INTERMEDIATE_SIZE = 2, FP4RL_MI_NUM_LAYERS = 3,
     FP4RL_MI_NUM_HEADS = 4, FP4RL_MI_NUM_KV_HEADS = 5, FP4RL_MI_HEAD_DIM = 6, FP4RL_MI_MAX_POSITIONS = 7,
-    FP4RL_MI_TIED_EMBEDDINGS = 8, FP4RL_MI_NUM_PARAMETERS = 9, FP4RL_MI_STEP = 10
+    FP4RL_MI_TIED_EMBEDDINGS = 8, FP4RL_MI_NUM_PARAMETERS = 9, FP4RL_MI_STEP = 10, FP4RL_MI_NUM_TENSORS = 11
 } fp4rl_model_info;
 FP4RL_API fp4rl_status fp4rl_model_get_info(const fp4rl_model *m, fp4rl_model_info key, int64_t *value);
+/* The HF name of parameter tensor i (0 <= i < FP4RL_MI_NUM_TENSORS, in checkpoint order: the
+ * embedding, each layer's tensors, the final norm, the LM head when untied), for
+ * fp4rl_model_param_shape / _get_param / _set_param. NULL for a NULL model or i out of range; the
+ * string lives as long as the model. */
+FP4RL_API const char *fp4rl_model_param_name(const fp4rl_model *m, size_t i);
 
 /* Logits of every position: logits [batch, seq_len, vocab] (F32; 0 past a sequence's length). */
 FP4RL_API fp4rl_status fp4rl_model_logits(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, int64_t batch,

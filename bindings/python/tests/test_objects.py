@@ -201,7 +201,10 @@ def test_model_from_config_forms(ctx, tmp_path):
         assert m.info["hidden_size"] == 32 and m.ctx is ctx
     assert m.info == {"vocab_size": 16, "hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_heads": 4,
                       "num_kv_heads": 2, "head_dim": 8, "max_positions": 32, "tied_embeddings": 1,
-                      "num_parameters": m.num_parameters, "step": 0}
+                      "num_parameters": m.num_parameters, "step": 0, "num_tensors": 26}
+    names = m.param_names
+    assert names[0] == "model.embed_tokens.weight" and "model.layers.1.mlp.down_proj.weight" in names
+    assert sum(int(np.prod(m.param_shape(n))) for n in names) == m.num_parameters
     assert (fp4rl.Model(ctx, TINY, seed=1).get_param("model.norm.weight") == m.get_param("model.norm.weight")).all()
     assert "2 layers" in repr(m)
 

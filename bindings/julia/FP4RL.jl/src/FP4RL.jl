@@ -44,7 +44,7 @@ export quant_info, codes, scales, import_quantized, quantize, dequantize, matmul
 export setparam!, getparam, apply_preset!, qparam_name, dtype_name, status_name, last_error
 export version_number, version_string, library_version
 export from_pretrained, load!, save, set_policy!, set_hparam!, hparam, model_info
-export logits, token_logprobs, compute_gradients!, train_step!, param_shape, get_param, get_grad, set_param!
+export logits, token_logprobs, compute_gradients!, train_step!, param_names, param_shape, get_param, get_grad, set_param!
 export set_stop_tokens!, step!, rollout!, num_completions, completion, completions, set_rewards!, train!
 export metric, metric_names, metrics, metrics_json, set_metrics_file!, step_count
 # The enum types; their values are exported too, except Status's (OK, ERR_*), which are

@@ -136,6 +136,7 @@ end
     MI_TIED_EMBEDDINGS = 8
     MI_NUM_PARAMETERS = 9
     MI_STEP = 10
+    MI_NUM_TENSORS = 11
 end
 
 "Hyper-parameter of an [`RLSession`](@ref) (`fp4rl_rlparam`); keyword name: lowercase without `RL_`."

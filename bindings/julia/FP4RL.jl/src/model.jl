@@ -247,6 +247,18 @@ end
 
 # ---- parameters ----
 
+"`param_names(m) -> Vector{String}`: the HF names of the parameter tensors, in checkpoint order."
+function param_names(m::Model)
+    n = m[MI_NUM_TENSORS]
+    return _with(m) do
+        map(0:n-1) do i
+            p = ccall((:fp4rl_model_param_name, libfp4rl()), Ptr{UInt8}, (Ptr{Cvoid}, Csize_t), m, Csize_t(i))
+            p == C_NULL && throw(ArgumentError("param_names: no parameter $i"))
+            unsafe_string(p)
+        end
+    end
+end
+
 """
     param_shape(m, name) -> Vector{Int64}
 

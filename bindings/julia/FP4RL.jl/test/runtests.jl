@@ -291,6 +291,9 @@ end
     # parameters: C shape [out, in] is a Julia (in, out) matrix, the safetensors bytes unchanged
     weights = read_safetensors(joinpath(FIXTURES, "gqa", "model.safetensors"))
     @test param_shape(m, "model.layers.0.self_attn.k_proj.weight") == [32, 64]
+    names = param_names(m)
+    @test length(names) == m[MI_NUM_TENSORS] && names[1] == "model.embed_tokens.weight"
+    @test sum(prod(param_shape(m, n)) for n in names) == m[MI_NUM_PARAMETERS]
     kp = get_param(m, "model.layers.0.self_attn.k_proj.weight")
     @test size(kp) == (64, 32)
     @test kp == weights["model.layers.0.self_attn.k_proj.weight"]

@@ -86,6 +86,12 @@ class Model(_Owned):
     def set_policy(self, policy: QuantPolicy) -> None:
         capi.fp4rl_model_set_policy(self._h, policy._h)
 
+    @property
+    def param_names(self) -> list[str]:
+        """The HF names of the parameter tensors, in checkpoint order."""
+        n = capi.fp4rl_model_get_info(self._h, _names.MODEL_INFO["num_tensors"])
+        return [capi.fp4rl_model_param_name(self._h, i) for i in range(n)]
+
     def param_shape(self, name: str) -> tuple[int, ...]:
         return capi.fp4rl_model_param_shape(self._h, name)
 
@@ -120,7 +126,7 @@ class Model(_Owned):
     @property
     def info(self) -> dict[str, int]:
         """vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim,
-        max_positions, tied_embeddings, num_parameters, step."""
+        max_positions, tied_embeddings, num_parameters, step, num_tensors."""
         return {n: capi.fp4rl_model_get_info(self._h, v) for n, v in _names.MODEL_INFO.items()}
 
     @property

@@ -192,6 +192,7 @@ pub const FP4RL_MI_MAX_POSITIONS: fp4rl_model_info = 7;
 pub const FP4RL_MI_TIED_EMBEDDINGS: fp4rl_model_info = 8;
 pub const FP4RL_MI_NUM_PARAMETERS: fp4rl_model_info = 9;
 pub const FP4RL_MI_STEP: fp4rl_model_info = 10;
+pub const FP4RL_MI_NUM_TENSORS: fp4rl_model_info = 11;
 
 // ---------------------------------------------------------------------------------------------
 // The RL session
@@ -408,6 +409,7 @@ extern "C" {
         loss: *mut c_double,
         grad_norm: *mut c_double,
     ) -> fp4rl_status;
+    pub fn fp4rl_model_param_name(m: *const fp4rl_model, i: usize) -> *const c_char;
     pub fn fp4rl_model_param_shape(
         m: *const fp4rl_model,
         name: *const c_char,

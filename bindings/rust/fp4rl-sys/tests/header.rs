@@ -779,6 +779,7 @@ fn every_function_links() {
         addr!(fp4rl_model_token_logprobs),
         addr!(fp4rl_model_compute_gradients),
         addr!(fp4rl_model_train_step),
+        addr!(fp4rl_model_param_name),
         addr!(fp4rl_model_param_shape),
         addr!(fp4rl_model_get_param),
         addr!(fp4rl_model_get_grad),

@@ -230,6 +230,7 @@ c_enum! {
         TiedEmbeddings = sys::FP4RL_MI_TIED_EMBEDDINGS,
         NumParameters = sys::FP4RL_MI_NUM_PARAMETERS,
         Step = sys::FP4RL_MI_STEP,
+        NumTensors = sys::FP4RL_MI_NUM_TENSORS,
     }
 }
 

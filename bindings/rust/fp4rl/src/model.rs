@@ -320,6 +320,22 @@ impl<'ctx> Model<'ctx> {
         Ok(s)
     }
 
+    /// The HF names of the parameter tensors, in checkpoint order.
+    pub fn param_names(&self) -> Result<Vec<String>> {
+        let n = self.info(ModelInfo::NumTensors)?;
+        (0..n as usize)
+            .map(|i| {
+                // SAFETY: the model is live; the C string lives as long as it and is copied here.
+                let p = unsafe { sys::fp4rl_model_param_name(self.raw.as_ptr(), i) };
+                if p.is_null() {
+                    return Err(Error::new(Status::InvalidArgument, format!("Model::param_names: no parameter {i}")));
+                }
+                // SAFETY: a non-NULL result is a NUL-terminated string owned by the model.
+                Ok(unsafe { crate::error::owned_str(p) })
+            })
+            .collect()
+    }
+
     /// The shape of the parameter with HF name `name` (1 or 2 dims).
     pub fn param_shape(&self, name: &str) -> Result<Vec<i64>> {
         let n = c_string(name, "Model::param_shape")?;

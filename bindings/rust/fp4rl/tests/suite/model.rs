@@ -29,6 +29,11 @@ fn from_config_info_and_hparams() -> Result<()> {
         .map(|p| m.param_shape(p).map(|s| s.iter().product::<i64>()))
         .sum::<Result<i64>>()?;
     assert_eq!(m.num_parameters()?, n, "the parameter names cover the model");
+    let (mut listed, mut want) = (m.param_names()?, param_names(2, true));
+    assert_eq!(listed[0], "model.embed_tokens.weight", "checkpoint order starts with the embedding");
+    listed.sort();
+    want.sort();
+    assert_eq!(listed, want, "the model lists the same names");
     assert_eq!(m.vocab_size()?, 16);
     assert!(format!("{m:?}").contains("NumParameters"));
     // hyper-parameters: defaults, set/get, bounds
