@@ -29,6 +29,19 @@ static inline int fp4rl_gpu_or_skip(const char *name)
 }
 #endif
 
+/* ||a - b||_2 / ||b||_2 (b all zero: ||a - b||_2), in double: the normwise error of the GPU suites. */
+#include <math.h>
+#include <stdint.h>
+static inline double fp4rl_l2rel(const float *a, const float *b, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
 /* One process for GPU suites: a CUDA context does not survive fork. */
 static inline int fp4rl_check_run_nofork(Suite *s)
 {

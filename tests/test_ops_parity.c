@@ -474,16 +474,6 @@ static fp4rl_model *load(fp4rl_context *c, const fp4rl_quant_policy *p)
     ck_assert_msg(fp4rl_model_load(m, path) == FP4RL_OK, "%s", fp4rl_last_error());
     return m;
 }
-static double l2rel(const float *a, const float *b, int64_t n)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-
 START_TEST(test_model_fp32)
 {
     fp4rl_quant_policy *p;
@@ -499,7 +489,7 @@ START_TEST(test_model_fp32)
     float *lc = malloc(lb), *lg = malloc(lb);
     OKG(fp4rl_model_logits(mc, tok, len, B, T, lc, lb));
     OKG(fp4rl_model_logits(mg, tok, len, B, T, lg, lb));
-    double e = l2rel(lg, lc, B * T * V);
+    double e = fp4rl_l2rel(lg, lc, B * T * V);
     printf("  model logits (gqa, FP32)            rel err %.3g (tol 1e-05)\n", e);
     ck_assert_msg(e <= 1e-5, "logits rel err %.3g", e);
     float mask[24];
@@ -510,7 +500,7 @@ START_TEST(test_model_fp32)
     printf("  model loss cpu %.9g gpu %.9g\n", loss_c, loss_g);
     ck_assert_msg(fabs(loss_c - loss_g) <= 1e-5 * fabs(loss_c), "loss %.9g vs %.9g", loss_g, loss_c);
     float *gg = down(mg->g, (size_t)mg->total * sizeof(float));
-    e = l2rel(gg, mc->g, mc->total);
+    e = fp4rl_l2rel(gg, mc->g, mc->total);
     printf("  model gradients (gqa, FP32)         rel err %.3g (tol 1e-04)\n", e);
     ck_assert_msg(e <= 1e-4, "gradients rel err %.3g", e);
     /* and one supervised step: the weights after AdamW */
@@ -518,7 +508,7 @@ START_TEST(test_model_fp32)
     OKG(fp4rl_model_train_step(mc, tok, len, mask, B, T, &loss_c, &gn_c));
     OKG(fp4rl_model_train_step(mg, tok, len, mask, B, T, &loss_g, &gn_g));
     float *wg = down(mg->w, (size_t)mg->total * sizeof(float));
-    e = l2rel(wg, mc->w, mc->total);
+    e = fp4rl_l2rel(wg, mc->w, mc->total);
     printf("  train_step weights                  rel err %.3g (grad norm cpu %.6g gpu %.6g)\n", e, gn_c, gn_g);
     ck_assert_msg(e <= 1e-4, "weights after a step: rel err %.3g", e);
     free(lc), free(lg), free(gg), free(wg);

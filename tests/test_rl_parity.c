@@ -46,16 +46,6 @@ enum { P = 32, G = 8, MAX_NEW = 5, STEPS = 4 };
 
 static char weights[256];
 
-static double l2rel(const float *a, const float *b, int64_t n)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-
 /* The warm start: 500 supervised FP32 steps on the CPU, saved once for every case. */
 static void warm_start(void)
 {
@@ -170,7 +160,7 @@ static void run_case(const char *name, const fp4rl_quant_policy *p, double min_e
         OK(fp4rl_rl_session_train(g.s));
         float *wg = malloc((size_t)g.m->total * sizeof(float));
         OK(g.ctx->be->download(g.ctx, wg, g.m->w, (size_t)g.m->total * sizeof(float)));
-        const double werr = l2rel(wg, c.m->w, c.m->total);
+        const double werr = fp4rl_l2rel(wg, c.m->w, c.m->total);
         free(wg);
         printf("  step %d  completions equal %3d/%d  max|dlogmu| %.3g  reward cpu %.4f gpu %.4f  weights rel err %.3g\n", step,
                equal, P * G, lp_diff, rc, rg, werr);
