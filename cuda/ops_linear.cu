@@ -28,17 +28,6 @@ __global__ void gemm_naive_k(float *c, const T *a, const T *b, int64_t M, int64_
     }
 }
 
-/* The BF16 fallback: y[n, o] += sum_k x[n, k] w[o, k] (y holds the bias or zeros). */
-__global__ void gemm_bf16_naive_k(float *y, const uint16_t *x, const uint16_t *w, int64_t N, int64_t IN, int64_t OUT)
-{
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * OUT; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t n = i / OUT, o = i - n * OUT;
-        float acc = 0.0f;
-        for (int64_t k = 0; k < IN; k++) acc += fp4rl_bf16_to_f32(x[n * IN + k]) * fp4rl_bf16_to_f32(w[o * IN + k]);
-        y[i] += acc;
-    }
-}
-
 __global__ void bias_fill_k(float *y, const float *b, int64_t N, int64_t OUT)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * OUT; i += (int64_t)gridDim.x * blockDim.x)
@@ -99,10 +88,9 @@ fp4rl_status gemm_rm(fp4rl_context *ctx, float *c, const void *a, const void *b,
     return fp4rl_cuda_check_launch(ctx, what);
 }
 
-} // namespace
-
-fp4rl_status fp4rl_cuda_linear_forward(fp4rl_context *ctx, float *y, const float *x, const float *w, const float *b, int64_t N,
-                                       int64_t IN, int64_t OUT)
+/* y [N, OUT] = x [N, IN] . w^T (+ b), w stored [OUT, IN], operands of type ab (F32 or BF16). */
+fp4rl_status linear_fwd(fp4rl_context *ctx, float *y, const void *x, const void *w, const float *b, int64_t N, int64_t IN, int64_t OUT,
+                        cudaDataType_t ab, const char *what)
 {
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
@@ -110,63 +98,51 @@ fp4rl_status fp4rl_cuda_linear_forward(fp4rl_context *ctx, float *y, const float
     float beta = 0.0f;
     if (b) { /* start y at the bias and let the GEMM add x w^T on top, as the CPU */
         bias_fill_k<<<ew_grid(N * OUT), 256, 0, s>>>(y, b, N, OUT);
-        if ((st = fp4rl_cuda_check_launch(ctx, "linear_forward (bias)"))) return st;
+        if ((st = fp4rl_cuda_check_launch(ctx, what))) return st;
         beta = 1.0f;
     }
-    /* y [N, OUT] = x [N, IN] . w^T, w stored [OUT, IN]: a cached cuBLASLt plan, else a fresh one */
-    if (fp4rl_cuda_lt_gemm(fp4rl_cuda_of(ctx), N, OUT, IN, x, w, CUDA_R_32F, y, CUDA_R_32F, 1.0f, beta))
-        return fp4rl_cuda_check_launch(ctx, "linear_forward");
-    return gemm_rm(ctx, y, x, w, N, OUT, IN, 0, 1, IN, IN, beta, "linear_forward");
+    /* a cached cuBLASLt plan, else a fresh one (or the plain kernel) */
+    if (fp4rl_cuda_lt_gemm(fp4rl_cuda_of(ctx), N, OUT, IN, x, w, ab, y, CUDA_R_32F, 1.0f, beta)) return fp4rl_cuda_check_launch(ctx, what);
+    return gemm_rm(ctx, y, x, w, N, OUT, IN, 0, 1, IN, IN, beta, what, ab);
 }
 
-fp4rl_status fp4rl_cuda_linear_forward_bf16(fp4rl_context *ctx, float *y, const uint16_t *x, const uint16_t *w, const float *b,
-                                            int64_t N, int64_t IN, int64_t OUT)
+/* dx [N, IN] += dy [N, OUT] . w [OUT, IN]; dw [OUT, IN] += dy^T . x (dy stored [N, OUT]); db += column sums of dy. */
+fp4rl_status linear_bwd(fp4rl_context *ctx, float *dx, float *dw, float *db, const void *dy_dx, const void *w_dx, const void *dy_dw,
+                        const void *x_dw, const float *dy_db, int64_t N, int64_t IN, int64_t OUT, cudaDataType_t ab, const char *what)
 {
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
-    float beta = 0.0f;
-    if (b) {
-        bias_fill_k<<<ew_grid(N * OUT), 256, 0, s>>>(y, b, N, OUT);
-        if ((st = fp4rl_cuda_check_launch(ctx, "linear_forward_bf16 (bias)"))) return st;
-        beta = 1.0f;
-    }
-    /* BF16 x BF16 on the tensor cores, FP32 accumulation and output */
-    if (fp4rl_cuda_lt_gemm(fp4rl_cuda_of(ctx), N, OUT, IN, x, w, CUDA_R_16BF, y, CUDA_R_32F, 1.0f, beta))
-        return fp4rl_cuda_check_launch(ctx, "linear_forward_bf16");
-    if (!b) {
-        const cudaError_t e = cudaMemsetAsync(y, 0, (size_t)(N * OUT) * sizeof(float), s);
-        if (e != cudaSuccess) return fp4rl_cuda_fail(ctx, e, "linear_forward_bf16");
-    }
-    gemm_bf16_naive_k<<<ew_grid(N * OUT), 256, 0, s>>>(y, x, w, N, IN, OUT);
-    return fp4rl_cuda_check_launch(ctx, "linear_forward_bf16 (fallback)");
+    if (dx && (st = gemm_rm(ctx, dx, dy_dx, w_dx, N, IN, OUT, 0, 0, OUT, IN, 1.0f, what, ab))) return st;
+    if (dw && (st = gemm_rm(ctx, dw, dy_dw, x_dw, OUT, IN, N, 1, 0, OUT, IN, 1.0f, what, ab))) return st;
+    if (db) st = colsum(ctx, s, db, N, OUT, BiasDy{dy_db, OUT}, what);
+    return st;
+}
+
+} // namespace
+
+fp4rl_status fp4rl_cuda_linear_forward(fp4rl_context *ctx, float *y, const float *x, const float *w, const float *b, int64_t N,
+                                       int64_t IN, int64_t OUT)
+{
+    return linear_fwd(ctx, y, x, w, b, N, IN, OUT, CUDA_R_32F, "linear_forward");
+}
+
+/* BF16 x BF16 on the tensor cores, FP32 accumulation and output */
+fp4rl_status fp4rl_cuda_linear_forward_bf16(fp4rl_context *ctx, float *y, const uint16_t *x, const uint16_t *w, const float *b,
+                                            int64_t N, int64_t IN, int64_t OUT)
+{
+    return linear_fwd(ctx, y, x, w, b, N, IN, OUT, CUDA_R_16BF, "linear_forward_bf16");
 }
 
 fp4rl_status fp4rl_cuda_linear_backward_bf16(fp4rl_context *ctx, float *dx, float *dw, float *db, const uint16_t *dy_dx,
                                              const uint16_t *w_dx, const uint16_t *dy_dw, const uint16_t *x_dw, const float *dy_db,
                                              int64_t N, int64_t IN, int64_t OUT)
 {
-    cudaStream_t s;
-    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
-    if (st) return st;
-    if (dx && (st = gemm_rm(ctx, dx, dy_dx, w_dx, N, IN, OUT, 0, 0, OUT, IN, 1.0f, "linear_backward_bf16 (dx)", CUDA_R_16BF))) return st;
-    if (dw && (st = gemm_rm(ctx, dw, dy_dw, x_dw, OUT, IN, N, 1, 0, OUT, IN, 1.0f, "linear_backward_bf16 (dw)", CUDA_R_16BF))) return st;
-    if (db) st = colsum(ctx, s, db, N, OUT, BiasDy{dy_db, OUT}, "linear_backward_bf16 (db)");
-    return st;
+    return linear_bwd(ctx, dx, dw, db, dy_dx, w_dx, dy_dw, x_dw, dy_db, N, IN, OUT, CUDA_R_16BF, "linear_backward_bf16");
 }
 
 fp4rl_status fp4rl_cuda_linear_backward(fp4rl_context *ctx, float *dx, float *dw, float *db, const float *dy_dx, const float *w_dx,
                                         const float *dy_dw, const float *x_dw, const float *dy_db, int64_t N, int64_t IN, int64_t OUT)
 {
-    cudaStream_t s;
-    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
-    if (st) return st;
-    /* dx [N, IN] += dy [N, OUT] . w [OUT, IN] */
-    if (dx && (st = gemm_rm(ctx, dx, dy_dx, w_dx, N, IN, OUT, 0, 0, OUT, IN, 1.0f, "linear_backward (dx)"))) return st;
-    /* dw [OUT, IN] += dy^T . x, dy stored [N, OUT] */
-    if (dw && (st = gemm_rm(ctx, dw, dy_dw, x_dw, OUT, IN, N, 1, 0, OUT, IN, 1.0f, "linear_backward (dw)"))) return st;
-    if (db) {
-        st = colsum(ctx, s, db, N, OUT, BiasDy{dy_db, OUT}, "linear_backward (db)");
-    }
-    return st;
+    return linear_bwd(ctx, dx, dw, db, dy_dx, w_dx, dy_dw, x_dw, dy_db, N, IN, OUT, CUDA_R_32F, "linear_backward");
 }
