@@ -79,6 +79,9 @@ FP4RL_HIDDEN fp4rl_linear_spec fp4rl_block_linear_spec(const fp4rl_model *m, int
 FP4RL_HIDDEN fp4rl_linear_spec fp4rl_head_linear_spec(const fp4rl_model *m, int rollout);
 /* dst [rows, cols] = the GEMM operand of src for `role`, blocked along the rows (along_rows) or
  * the last dim. */
+/* 1 when the GEMM operand of `role` is exactly BF16-representable (BF16 numerics, or MXFP4 / HiF4
+ * FP4): such GEMMs run on BF16 operands with the FP32 path's products (core/model_linear.c). */
+FP4RL_HIDDEN int fp4rl_linear_bf16_exact(const fp4rl_linear_spec *s, fp4rl_role role);
 FP4RL_HIDDEN fp4rl_status fp4rl_linear_operand(fp4rl_model *m, fp4rl_arena *a, float *dst, float *src, int64_t rows,
                                                int64_t cols, const fp4rl_linear_spec *s, fp4rl_role role, int along_rows);
 /* y [N, OUT] = x w^T + b in the spec's numerics; sv keeps the operands for backward. */

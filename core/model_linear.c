@@ -158,7 +158,7 @@ static fp4rl_status forward_operand(fp4rl_model *m, fp4rl_arena *a, const fp4rl_
 /* The operand values of `role` are exactly BF16: BF16-rounded, or MXFP4 / HiF4 values (a few
  * significant bits times a power of two, or HiF4's E6M2 base). Such GEMMs run on BF16 operands:
  * the products are the FP32 path's, on the GPU's tensor cores. */
-static int bf16_exact(const fp4rl_linear_spec *s, fp4rl_role r)
+int fp4rl_linear_bf16_exact(const fp4rl_linear_spec *s, fp4rl_role r)
 {
     return s->mode[r] == FP4RL_NUM_BF16 ||
            (s->mode[r] == FP4RL_NUM_FP4 && (s->fmt[r] == FP4RL_DTYPE_MXFP4 || s->fmt[r] == FP4RL_DTYPE_HIF4));
@@ -178,7 +178,7 @@ fp4rl_status fp4rl_linear_forward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_li
     fp4rl_status st = forward_operand(m, a, s, FP4RL_ROLE_WEIGHT, &sv->wq, w, OUT, IN);
     if (!st) st = forward_operand(m, a, s, FP4RL_ROLE_ACTIVATION, &sv->xq, x, N, IN);
     if (st) return st;
-    if (m->ops->linear_forward_bf16 && bf16_exact(s, FP4RL_ROLE_WEIGHT) && bf16_exact(s, FP4RL_ROLE_ACTIVATION)) {
+    if (m->ops->linear_forward_bf16 && fp4rl_linear_bf16_exact(s, FP4RL_ROLE_WEIGHT) && fp4rl_linear_bf16_exact(s, FP4RL_ROLE_ACTIVATION)) {
         fp4rl_arena t = {.ctx = m->ctx}; /* freed at once: the GPU allocator reuses in stream order */
         const uint16_t *xb = as_bf16(m, &t, sv->xq, N, IN), *wb = xb ? as_bf16(m, &t, sv->wq, OUT, IN) : NULL;
         st = wb ? m->ops->linear_forward_bf16(m->ctx, y, xb, wb, b, N, IN, OUT) : t.st;
@@ -220,8 +220,8 @@ fp4rl_status fp4rl_linear_backward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_l
     if (!st) st = backward_operand(m, a, s, FP4RL_ROLE_WEIGHT, &w_dx, sv->wq, w, OUT, IN);   /* along OUT */
     if (!st) st = backward_operand(m, a, s, FP4RL_ROLE_ACTIVATION, &x_dw, sv->xq, x, N, IN); /* along tokens */
     if (st) return st;
-    if (m->ops->linear_backward_bf16 && bf16_exact(s, G) && bf16_exact(s, FP4RL_ROLE_WEIGHT) &&
-        bf16_exact(s, FP4RL_ROLE_ACTIVATION)) {
+    if (m->ops->linear_backward_bf16 && fp4rl_linear_bf16_exact(s, G) && fp4rl_linear_bf16_exact(s, FP4RL_ROLE_WEIGHT) &&
+        fp4rl_linear_bf16_exact(s, FP4RL_ROLE_ACTIVATION)) {
         fp4rl_arena t = {.ctx = m->ctx};
         const uint16_t *g1 = NULL, *wb = NULL, *g2 = NULL, *xb = NULL;
         if (dx) {

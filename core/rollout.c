@@ -67,14 +67,12 @@ static int qdq_format(fp4rl_dtype d)
 static fast_plan plan_fast(fp4rl_model *m, const fp4rl_linear_spec *s, int resq)
 {
     fast_plan f = {0, -1, 0, FP4RL_RESQ_OFF};
-    const fp4rl_num_mode mw = s->mode[FP4RL_ROLE_WEIGHT], mx = s->mode[FP4RL_ROLE_ACTIVATION];
     if (m->rollout_generic || !m->ops->rollout_act || !m->ops->linear_forward_bf16 || !m->ops->pack_bf16) return f;
-    if (mw == FP4RL_NUM_FP32 || mx == FP4RL_NUM_FP32) return f;
-    if (mw == FP4RL_NUM_FP4 && qdq_format(s->fmt[FP4RL_ROLE_WEIGHT]) < 0) return f;
-    if (mx == FP4RL_NUM_FP4) {
+    if (!fp4rl_linear_bf16_exact(s, FP4RL_ROLE_WEIGHT) || !fp4rl_linear_bf16_exact(s, FP4RL_ROLE_ACTIVATION)) return f;
+    if (s->mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUM_FP4) { /* MXFP4 or HiF4: a qdq_block.h format */
         fp4rl_qparams p;
         const fp4rl_dtype fx = s->fmt[FP4RL_ROLE_ACTIVATION];
-        if (qdq_format(fx) < 0 || s->tile[FP4RL_ROLE_ACTIVATION] != 0) return f;
+        if (s->tile[FP4RL_ROLE_ACTIVATION] != 0) return f;
         if (fp4rl_policy_resolve(m->policy, fx, FP4RL_ROLE_ACTIVATION, m->ctx, &p, "rollout") || p.stochastic) return f;
         if (resq != FP4RL_RESQ_OFF && resq != FP4RL_RESQ_DENSE && resq != FP4RL_RESQ_2_4) return f;
         f.fmt = qdq_format(fx);
