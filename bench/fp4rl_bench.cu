@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "cuda_internal.h"
-#include "formats.h"
+#include "format/formats.h"
 
 #define CK(call)                                                                                          \
     do {                                                                                                  \

@@ -8,7 +8,7 @@
  * creates multicast objects.
  */
 #include "cuda_internal.h"
-#include "formats.h"
+#include "format/formats.h"
 
 #ifdef FP4RL_HAVE_NCCL
 #include <dlfcn.h>

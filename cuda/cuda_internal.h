@@ -8,7 +8,7 @@
 #include <cuda_runtime.h>
 #include <cublasLt.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 /* ---- the caching allocator (cuda_alloc.cu) ----
  * cudaMalloc / cudaFree synchronize the device and cost tens of microseconds, so freed blocks go

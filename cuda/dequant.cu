@@ -1,6 +1,6 @@
 /*
  * dequant.cu - dequantization on the GPU: each element through the decode function of
- * core/formats.h that the CPU reference uses, so F32 outputs are bit-identical and BF16 outputs
+ * core/format/formats.h that the CPU reference uses, so F32 outputs are bit-identical and BF16 outputs
  * are the same RNE rounding of the same values.
  */
 #include "quant_common.cuh"

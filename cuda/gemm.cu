@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
-#include "formats.h"
+#include "format/formats.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 /*
- * ops_cuda.h - the CUDA backend's op table (core/ops.h) and what its files (cuda/ops_*.cu) share.
+ * ops_cuda.h - the CUDA backend's op table (core/backend/ops.h) and what its files (cuda/ops_*.cu) share.
  * Every op runs on the context's stream with plain, deterministic kernels (one block per row for
  * reductions, fixed-order sums in the CPU's precision), and checks its launches.
  */
@@ -7,7 +7,7 @@
 #define FP4RL_OPS_CUDA_H
 
 #include "cuda_internal.h"
-#include "ops.h"
+#include "backend/ops.h"
 
 extern "C" const fp4rl_ops fp4rl_cuda_ops;
 
@@ -94,7 +94,7 @@ template <typename F> fp4rl_status colsum(fp4rl_context *ctx, cudaStream_t s, fl
 
 } // namespace fp4rl_cuda_ops_detail
 
-/* The ops (cuda/ops_*.cu); each is documented at its slot in core/ops.h. */
+/* The ops (cuda/ops_*.cu); each is documented at its slot in core/backend/ops.h. */
 /* The tiled training attention (ops_attention_tiled.cu) for the head dims and grids it covers. */
 int fp4rl_cuda_attention_tiled_ok(int64_t B, int64_t Hq, int64_t D);
 fp4rl_status fp4rl_cuda_attention_forward_tiled(fp4rl_context *ctx, cudaStream_t s, float *out, float *lse, const float *q, const float *k,

@@ -4,7 +4,7 @@
  * arithmetic in the CPU's order (no FMA contraction: -fmad=false); exp / pow / cos / sin go
  * through double (ops_cuda.h), so they match the C library's but in rare double-rounding cases.
  */
-#include "formats.h"
+#include "format/formats.h"
 #include "ops_cuda.h"
 
 using namespace fp4rl_cuda_ops_detail;

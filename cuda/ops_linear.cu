@@ -5,7 +5,7 @@
  * OpenBLAS up to FP32 summation order. The _bf16 forms take BF16 operands (exactly representable
  * values, so the products are the FP32 path's) on the tensor cores, with FP32 accumulation.
  */
-#include "formats.h"
+#include "format/formats.h"
 #include "ops_cuda.h"
 
 using namespace fp4rl_cuda_ops_detail;

@@ -12,8 +12,8 @@
  */
 #include <math.h>
 
-#include "formats.h"
-#include "qdq_block.h"
+#include "format/formats.h"
+#include "format/qdq_block.h"
 #include "ops_cuda.h"
 
 using namespace fp4rl_cuda_ops_detail;

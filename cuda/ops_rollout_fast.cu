@@ -1,13 +1,13 @@
 /*
- * ops_rollout_fast.cu - the rollout's fused linear path on the GPU (core/ops.h): the activation
+ * ops_rollout_fast.cu - the rollout's fused linear path on the GPU (core/backend/ops.h): the activation
  * operand in one kernel (quantize-dequantize, underflow counts, Rollout-ResQ residual, its fresh
  * quantization and 2:4 mask, BF16 packing), and BF16 packing of the rollout weights. The block
  * arithmetic is that of qdq_block.h (the CPU op's), spread over the lanes of a warp.
  * (linear_forward_bf16 lives in ops_linear.cu, next to the FP32 layer.)
  */
-#include "formats.h"
+#include "format/formats.h"
 #include "ops_cuda.h"
-#include "qdq_block.h"
+#include "format/qdq_block.h"
 
 using namespace fp4rl_cuda_ops_detail;
 

@@ -1,5 +1,5 @@
 /*
- * ops_table.cu - the CUDA backend's op table (core/ops.h), set as ctx->ops by
+ * ops_table.cu - the CUDA backend's op table (core/backend/ops.h), set as ctx->ops by
  * fp4rl_cuda_context_init. Positional (C++17 has no designated initializers): the order is
  * fp4rl_ops's.
  *

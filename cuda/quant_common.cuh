@@ -11,7 +11,7 @@
 #define FP4RL_QUANT_COMMON_CUH
 
 #include "cuda_internal.h"
-#include "formats.h"
+#include "format/formats.h"
 
 namespace fp4rl_cuda_q {
 

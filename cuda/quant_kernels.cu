@@ -1,7 +1,7 @@
 /*
  * quant_kernels.cu - quantization on the GPU, bit-identical to core/cpu/cpu_quant.c.
  *
- * Both backends call the same element and scale functions of core/formats.h; what differs is only
+ * Both backends call the same element and scale functions of core/format/formats.h; what differs is only
  * how the work is spread. A block's scale depends on its max magnitude and whether it holds a
  * non-finite value; max and "all finite" are exact and order-free, so any reduction order gives
  * the CPU's scale, and from there each element's code is the same function of the same inputs.

@@ -4,7 +4,7 @@
  * independent model of the element formats of shared/spec/formats.md (decoded tables written from
  * the spec's bit layouts, nearest-by-search rounding) that the suites check the library against.
  *
- * Nothing here calls core/formats.h: the point is to have a second implementation.
+ * Nothing here calls core/format/formats.h: the point is to have a second implementation.
  */
 #ifndef FMT_TEST_UTIL_H
 #define FMT_TEST_UTIL_H

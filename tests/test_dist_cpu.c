@@ -1,7 +1,7 @@
 /*
  * test_dist_cpu.c - the data-parallel RL session, on the CPU, without NCCL: W threads are W ranks,
  * each with its own CPU context whose backend all-reduce is an in-process collective (a barrier
- * and rank-ordered sums). Everything of core/session.c's distributed path runs: the prompt split,
+ * and rank-ordered sums). Everything of core/rl/session.c's distributed path runs: the prompt split,
  * sampling by global row, the global loss normalizers, the gradient sum, the metric reductions,
  * failure agreement, and rank-0 checkpoints. The NCCL transport itself is tested by test_dist.c on
  * a GPU and by the multi-process program tests/dist_rl.c.
@@ -27,8 +27,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "formats.h"
-#include "session.h"
+#include "format/formats.h"
+#include "rl/session.h"
 
 static const char *TINY =
     "{\"model_type\": \"qwen2\", \"vocab_size\": 16, \"hidden_size\": 32, \"intermediate_size\": 64,"

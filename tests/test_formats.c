@@ -1,7 +1,7 @@
 /*
  * test_formats.c - element and scale math of shared/spec/formats.md, and its test vectors.
  *
- * The element-level checks call core/formats.h (the shared header the CPU reference and the CUDA
+ * The element-level checks call core/format/formats.h (the shared header the CPU reference and the CUDA
  * kernels both use) and compare it with an independent model in fmt_test_util.h (decoded tables
  * written from the spec's bit layouts, nearest-even by search). The spec vectors and the element
  * conversions are also checked end to end through the public API.
@@ -9,7 +9,7 @@
 #include <float.h>
 
 #include "fmt_test_util.h"
-#include "formats.h"
+#include "format/formats.h"
 
 static fp4rl_context *ctx;
 static void setup(void)

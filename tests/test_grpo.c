@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "grpo.h"
+#include "rl/grpo.h"
 
 START_TEST(test_advantages)
 {

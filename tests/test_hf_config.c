@@ -1,5 +1,5 @@
 /*
- * test_hf_config.c - the Qwen2 config.json parser and writer (core/hf_config.h): real and minimal
+ * test_hf_config.c - the Qwen2 config.json parser and writer (core/model/hf_config.h): real and minimal
  * configs, defaults, GQA and tied embeddings, the round trip through the writer, and every way a
  * config can be wrong (each must give its status and a message naming the field).
  */
@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "hf_config.h"
+#include "model/hf_config.h"
 
 #define EXPECT(call, want)                                                                              \
     do {                                                                                                \

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model.h"
-#include "safetensors.h"
+#include "model/model.h"
+#include "io/safetensors.h"
 
 #ifndef FIXTURES
 #error "FIXTURES must name tests/fixtures/qwen2"

@@ -1,5 +1,5 @@
 /*
- * test_ops_grad.c - the CPU op table (core/ops.h) against small double-precision references.
+ * test_ops_grad.c - the CPU op table (core/backend/ops.h) against small double-precision references.
  *
  * For every op with a backward: the float forward matches a naive double reference written
  * straight from the definition, and the float backward matches central finite differences of
@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "formats.h"
-#include "ops.h"
+#include "format/formats.h"
+#include "backend/ops.h"
 
 #define FWD_TOL 1e-5
 #define GRAD_TOL 1e-4

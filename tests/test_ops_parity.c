@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "model/model.h"
 #include "check_run.h"
-#include "ops.h"
-#include "qdq_block.h"
+#include "backend/ops.h"
+#include "format/qdq_block.h"
 
 #ifndef FIXTURES
 #error "FIXTURES must name tests/fixtures/qwen2"

@@ -25,7 +25,7 @@
 
 #include <fp4rl/fp4rl.h>
 
-#include "formats.h"
+#include "format/formats.h"
 
 static fp4rl_context *cpu, *gpu;
 

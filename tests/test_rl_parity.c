@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "../examples/addition_task.h"
-#include "model.h"
+#include "model/model.h"
 #include "check_run.h"
 
 static const char *CONFIG =

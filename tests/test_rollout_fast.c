@@ -1,6 +1,6 @@
 /*
  * test_rollout_fast.c - the rollout's fused linear path (ops rollout_act, linear_forward_bf16,
- * pack_bf16; core/rollout.c's plan) against the generic path it replaces:
+ * pack_bf16; core/rl/rollout.c's plan) against the generic path it replaces:
  *   - rollout_act's BF16 words equal, bit for bit, the public quantize + dequantize round trip
  *     of x, and of the residual x - xq re-quantized with fresh scales and masked by the resq_mask
  *     op, for MXFP4 / HiF4 / MXFP8, both MX scale rules, ResQ off / dense / 2:4, ragged shapes,
@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "formats.h"
-#include "ops.h"
-#include "qdq_block.h"
-#include "rollout.h"
+#include "format/formats.h"
+#include "backend/ops.h"
+#include "format/qdq_block.h"
+#include "rl/rollout.h"
 
 static fp4rl_context *ctx;
 static void setup(void) { ck_assert_int_eq(fp4rl_context_create(&ctx, FP4RL_DEVICE_CPU, 0), FP4RL_OK); }

@@ -1,5 +1,5 @@
 /*
- * test_safetensors.c - the safetensors reader and writer (core/safetensors.h).
+ * test_safetensors.c - the safetensors reader and writer (core/io/safetensors.h).
  *
  * Round trips (F32, BF16, I32, F32 stored as BF16, scalars and empty tensors, metadata) through
  * memory and through files; a file made byte by byte here; a hostile-input battery (every prefix of
@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "safetensors.h"
+#include "io/safetensors.h"
 
 #define EXPECT(call, want)                                                                              \
     do {                                                                                                \

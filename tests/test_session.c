@@ -15,8 +15,8 @@
 #include <cjson/cJSON.h>
 
 #include "addition_task.h"
-#include "rollout.h"
-#include "session.h"
+#include "rl/rollout.h"
+#include "rl/session.h"
 
 static const char *TINY =
     "{\"model_type\": \"qwen2\", \"vocab_size\": 16, \"hidden_size\": 32, \"intermediate_size\": 64,"

@@ -4,8 +4,8 @@
 
 #include <cblas.h>
 
-#include "cpu_internal.h"
-#include "formats.h"
+#include "cpu/cpu_internal.h"
+#include "format/formats.h"
 
 static fp4rl_status cpu_alloc(fp4rl_context *ctx, void **p, size_t bytes)
 {

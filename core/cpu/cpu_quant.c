@@ -1,6 +1,6 @@
 /*
  * cpu_quant.c - the CPU reference: quantize, dequantize and transpose of quantized tensors,
- * on host memory, with the element and scale math of core/formats.h.
+ * on host memory, with the element and scale math of core/format/formats.h.
  *
  * Every format is done in two passes: (1) one scale per block (1D block, 2D tile, HiF4 unit or
  * tile) from the block's max magnitude, (2) each element encoded with its block's scale.
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_internal.h"
-#include "formats.h"
+#include "cpu/cpu_internal.h"
+#include "format/formats.h"
 
 /* Element (r, c) of a dense F32/BF16 source, as binary32 (exact for BF16). */
 static inline float src_at(const fp4rl_tensor *src, int64_t i)

@@ -3,7 +3,7 @@
  * hyper-parameters mean the same thing here. */
 #include <math.h>
 
-#include "ops_cpu.h"
+#include "cpu/ops_cpu.h"
 
 fp4rl_status fp4rl_cpu_adamw_update(fp4rl_context *ctx, float *params, const float *grads, float *m, float *v,
                                     int64_t n, double lr, double beta1, double beta2, double eps, double weight_decay,

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops_cpu.h"
+#include "cpu/ops_cpu.h"
 
 static float dot(const float *a, const float *b, int64_t D)
 {

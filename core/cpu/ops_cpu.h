@@ -1,9 +1,9 @@
 /* ops_cpu.h - the CPU backend's ops (core/cpu/ops_*.c), filled into fp4rl_cpu_ops; each is
- * documented at its slot in core/ops.h. */
+ * documented at its slot in core/backend/ops.h. */
 #ifndef FP4RL_OPS_CPU_H
 #define FP4RL_OPS_CPU_H
 
-#include "ops.h"
+#include "backend/ops.h"
 
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_embedding_forward(fp4rl_context *ctx, float *out, const int32_t *tokens,
                                                       const float *wte, int64_t N, int64_t V, int64_t C);

@@ -1,7 +1,7 @@
 /* ops_embedding.c - token embedding: a row gather forward, a row scatter-add backward. */
 #include <string.h>
 
-#include "ops_cpu.h"
+#include "cpu/ops_cpu.h"
 
 fp4rl_status fp4rl_cpu_embedding_forward(fp4rl_context *ctx, float *out, const int32_t *tokens, const float *wte,
                                          int64_t N, int64_t V, int64_t C)

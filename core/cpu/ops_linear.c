@@ -1,14 +1,14 @@
 /* ops_linear.c - the FP32 linear layer on OpenBLAS, its BF16-operand forms, and the BF16 rounding
  * and packing of GEMM operands.
- * The three GEMMs take separate operands (core/ops.h): the quantized training modes pass each
+ * The three GEMMs take separate operands (core/backend/ops.h): the quantized training modes pass each
  * GEMM its own copy, quantized along that GEMM's contraction axis and dequantized to FP32. */
 #include <stdlib.h>
 #include <string.h>
 
 #include <cblas.h>
 
-#include "formats.h"
-#include "ops_cpu.h"
+#include "format/formats.h"
+#include "cpu/ops_cpu.h"
 
 fp4rl_status fp4rl_cpu_linear_forward(fp4rl_context *ctx, float *y, const float *x, const float *w, const float *b,
                                       int64_t N, int64_t IN, int64_t OUT)

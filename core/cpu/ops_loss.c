@@ -3,7 +3,7 @@
  * lse lets backward rebuild p = exp(logit - lse) without a second max pass. */
 #include <math.h>
 
-#include "ops_cpu.h"
+#include "cpu/ops_cpu.h"
 
 static int target_ok(int32_t t, int64_t V) { return t >= 0 && t < V; }
 

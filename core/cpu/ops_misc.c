@@ -1,5 +1,5 @@
 /* ops_misc.c - the residual add: a sum forward, the same gradient to both branches backward. */
-#include "ops_cpu.h"
+#include "cpu/ops_cpu.h"
 
 fp4rl_status fp4rl_cpu_residual_forward(fp4rl_context *ctx, float *out, const float *a, const float *b, int64_t n)
 {

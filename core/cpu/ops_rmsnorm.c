@@ -2,7 +2,7 @@
  * Row reductions accumulate in double: this backend is the reference the others are held to. */
 #include <math.h>
 
-#include "ops_cpu.h"
+#include "cpu/ops_cpu.h"
 
 fp4rl_status fp4rl_cpu_rmsnorm_forward(fp4rl_context *ctx, float *out, float *rstd, const float *x, const float *weight,
                                        int64_t N, int64_t C, float eps)

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "formats.h"
-#include "ops_cpu.h"
-#include "qdq_block.h"
+#include "format/formats.h"
+#include "cpu/ops_cpu.h"
+#include "format/qdq_block.h"
 
 fp4rl_status fp4rl_cpu_kv_write(fp4rl_context *ctx, float *cache, const float *src, int64_t B, int64_t Tmax, int64_t W,
                                 int64_t t)

@@ -1,10 +1,10 @@
 /*
- * ops_rollout_fast.c - the rollout's fused activation operand on the CPU (core/ops.h): one pass of
+ * ops_rollout_fast.c - the rollout's fused activation operand on the CPU (core/backend/ops.h): one pass of
  * qdq_block.h (the CUDA kernel's arithmetic) per block, ResQ's residual and 2:4 mask, BF16 words.
  * The BF16 linear layer it feeds lives in ops_linear.c.
  */
-#include "ops_cpu.h"
-#include "qdq_block.h"
+#include "cpu/ops_cpu.h"
+#include "format/qdq_block.h"
 
 fp4rl_status fp4rl_cpu_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned long long *counts, const float *x,
                                    int64_t N, int64_t K, int fmt, int truncation_free, int resq)

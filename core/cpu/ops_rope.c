@@ -2,7 +2,7 @@
  * pairs with i + D/2 (not with i + 1 as in the interleaved GPT-J form). */
 #include <math.h>
 
-#include "ops_cpu.h"
+#include "cpu/ops_cpu.h"
 
 /* cos and sin of position `pos` at frequency index i, in binary32 like HF's Qwen2RotaryEmbedding
  * (inv_freq = 1 / theta^(2i/D), then pos * inv_freq, then cos/sin), so pretrained weights see the

@@ -1,7 +1,7 @@
 /* ops_swiglu.c - the SwiGLU gate of the Qwen2 MLP, out = silu(gate) * up. */
 #include <math.h>
 
-#include "ops_cpu.h"
+#include "cpu/ops_cpu.h"
 
 static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); } /* expf overflow gives 0, as it should */
 

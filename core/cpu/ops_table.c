@@ -1,5 +1,5 @@
-/* ops_table.c - the CPU backend's op table (core/ops.h). */
-#include "ops_cpu.h"
+/* ops_table.c - the CPU backend's op table (core/backend/ops.h). */
+#include "cpu/ops_cpu.h"
 
 const fp4rl_ops fp4rl_cpu_ops = {
     .name = "cpu",

@@ -1,14 +1,14 @@
 /*
  * model_forward.c - the Qwen2 forward pass and the backward pass of the loss (next-token
  * cross-entropy, or the caller's per-token loss on the log-probs), written once against the op
- * table (core/ops.h). The linear layers' numerics are in core/model_linear.c.
+ * table (core/backend/ops.h). The linear layers' numerics are in core/model/model_linear.c.
  *
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "model/model.h"
 
 /* ---- the model ---- */
 enum { LIN_Q, LIN_K, LIN_V, LIN_O, LIN_GATE, LIN_UP, LIN_DOWN, LIN_COUNT };

@@ -3,7 +3,7 @@
 #ifndef FP4RL_ROLLOUT_H
 #define FP4RL_ROLLOUT_H
 
-#include "model.h"
+#include "model/model.h"
 
 typedef struct fp4rl_rollout_cfg {
     int64_t group;          /* completions per prompt */

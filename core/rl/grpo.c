@@ -1,7 +1,7 @@
 /* grpo.c - GRPO advantages and the TIS-weighted clipped policy loss (recipes.md section 3). */
 #include <math.h>
 
-#include "grpo.h"
+#include "rl/grpo.h"
 
 void fp4rl_grpo_advantages(const double *rewards, int64_t n_groups, int64_t group_size, int normalize_std, float *adv,
                            int64_t *zero_std_groups)

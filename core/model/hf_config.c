@@ -8,8 +8,8 @@
 
 #include <cJSON.h>
 
-#include "hf_config.h"
-#include "safetensors.h" /* fp4rl_read_file, fp4rl_utf8_valid */
+#include "model/hf_config.h"
+#include "io/safetensors.h" /* fp4rl_read_file, fp4rl_utf8_valid */
 
 #define HF_MAX_FILE ((size_t)16 << 20)
 #define HF_MAX_EXACT 9007199254740992.0 /* 2^53 */

@@ -17,7 +17,7 @@ extern "C" {
 
 #define FP4RL_HIDDEN __attribute__((visibility("hidden")))
 
-/* ---- errors (core/error.c) ---- */
+/* ---- errors (core/runtime/error.c) ---- */
 /* Sets this thread's message and returns `s`. printf-style. */
 FP4RL_HIDDEN fp4rl_status fp4rl_fail(fp4rl_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Formats a shape as "[2, 3, 4]" into buf. */
@@ -111,10 +111,10 @@ struct fp4rl_context {
     uint64_t seed;
     uint64_t rng_offset;
     const fp4rl_backend *be;
-    const struct fp4rl_ops *ops; /* the transformer op table (core/ops.h); NULL where not implemented yet */
+    const struct fp4rl_ops *ops; /* the transformer op table (core/backend/ops.h); NULL where not implemented yet */
     void *impl;       /* backend state */
     int poisoned;     /* a sticky device error happened: refuse further work */
-    /* data parallelism (core/dist.c): rank and world size (0 and 1 by default); comm is set when
+    /* data parallelism (core/runtime/dist.c): rank and world size (0 and 1 by default); comm is set when
      * the context joined a communicator (fp4rl_context_create_distributed), and then the sessions
      * run their collectives through be->allreduce */
     int rank, world_size;
@@ -133,7 +133,7 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cuda_nccl_unique_id(void *id, const char *fn);
 FP4RL_HIDDEN fp4rl_status fp4rl_cuda_comm_init(fp4rl_context *ctx, int rank, int world_size, const void *id, const char *fn);
 #endif
 
-/* ---- core/dist.c: the collectives of a distributed context ---- */
+/* ---- core/runtime/dist.c: the collectives of a distributed context ---- */
 /* Whether ctx runs collectives (it joined a communicator). */
 FP4RL_HIDDEN int fp4rl_dist_active(const fp4rl_context *ctx);
 /* In-place sum or maximum of n host doubles over the ranks (a no-op when not active). */
@@ -149,7 +149,7 @@ FP4RL_HIDDEN fp4rl_status fp4rl_dist_agree(fp4rl_context *ctx, fp4rl_status st, 
  * written back to `extra` when no rank failed. */
 FP4RL_HIDDEN fp4rl_status fp4rl_dist_agree_sum(fp4rl_context *ctx, fp4rl_status st, double *extra, int n_extra, const char *fn);
 
-/* core/policy.c: the parameters of one quantize call from (policy or NULL, format, role, ctx). */
+/* core/tensor/policy.c: the parameters of one quantize call from (policy or NULL, format, role, ctx). */
 FP4RL_HIDDEN fp4rl_status fp4rl_policy_resolve(const fp4rl_quant_policy *p, fp4rl_dtype format, fp4rl_role role,
                                                const fp4rl_context *ctx, fp4rl_qparams *out, const char *fn);
 
@@ -157,7 +157,7 @@ FP4RL_HIDDEN fp4rl_status fp4rl_policy_resolve(const fp4rl_quant_policy *p, fp4r
 FP4RL_HIDDEN int64_t fp4rl_policy_value(const fp4rl_quant_policy *p, fp4rl_qparam param);
 FP4RL_HIDDEN fp4rl_status fp4rl_policy_copy(fp4rl_quant_policy **out, const fp4rl_quant_policy *src);
 
-/* ---- core helpers (core/tensor.c) ---- */
+/* ---- core helpers (core/tensor/tensor.c) ---- */
 FP4RL_HIDDEN fp4rl_status fp4rl_check_ctx(const fp4rl_context *ctx, const char *fn);
 FP4RL_HIDDEN fp4rl_status fp4rl_check_tensor(const fp4rl_tensor *t, const char *fn, const char *what);
 /* Allocates a tensor shell and its storage (dense when dtype is dense; else codes + scales per q). */

@@ -29,7 +29,7 @@
 
 #include <stdint.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -176,7 +176,7 @@ typedef struct fp4rl_ops {
                                 int64_t V, float temperature, int64_t top_k, uint64_t seed, uint64_t offset,
                                 uint64_t row0);
 
-    /* ---- the rollout's fused linear path (core/rollout.c) ---------------------------------
+    /* ---- the rollout's fused linear path (core/rl/rollout.c) ---------------------------------
      * The GEMM operand of rollout activations x [N, K] in one pass, as BF16 bit patterns; every
      * value written is exactly representable, so the GEMM's products are the generic path's:
      *   fmt < 0: x rounded to BF16 (BF16 numerics); out [N, K].

@@ -2,9 +2,9 @@
 #ifndef FP4RL_SESSION_H
 #define FP4RL_SESSION_H
 
-#include "rollout.h"
+#include "rl/rollout.h"
 
-/* The metrics of a step, in the order of their names in core/session.c. */
+/* The metrics of a step, in the order of their names in core/rl/session.c. */
 enum {
     M_REWARD_MEAN, M_REWARD_STD, M_REWARD_MAX, M_REWARD_MIN, M_ADV_ZERO_STD_FRAC, M_PG_LOSS, M_PG_CLIPFRAC_LOW,
     M_PG_CLIPFRAC_HIGH, M_TIS_MEAN, M_TIS_MAX, M_TIS_CAPPED_FRAC, M_MISMATCH_MEAN, M_MISMATCH_MAX, M_MISMATCH_K3,
@@ -35,7 +35,7 @@ struct fp4rl_rl_session {
     char *metrics_path;
 };
 
-/* core/checkpoint.c */
+/* core/rl/checkpoint.c */
 FP4RL_HIDDEN fp4rl_status fp4rl_session_save(const fp4rl_rl_session *s, const char *dir);
 FP4RL_HIDDEN fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir);
 #endif

@@ -11,7 +11,7 @@
 #ifndef FP4RL_QDQ_BLOCK_H
 #define FP4RL_QDQ_BLOCK_H
 
-#include "formats.h"
+#include "format/formats.h"
 
 /* The block formats the round trip covers (a subset of fp4rl_dtype that needs no tensor-wide
  * statistic: NVFP4's g does, so it is not here). */

@@ -1,13 +1,13 @@
 /*
  * dist.c - data parallelism: the public entry points of distributed contexts (the NCCL unique
  * id, a CUDA context that joins a communicator, its rank), and the collectives the RL session
- * runs through the backend's all-reduce hook (core/internal.h).
+ * runs through the backend's all-reduce hook (core/runtime/internal.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 fp4rl_status fp4rl_nccl_unique_id(void *id_bytes, size_t n_bytes)
 {

@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 /* Advantages for n_groups groups of group_size rewards (group g = rewards[g*G .. g*G+G-1]):
  *   A = (r - mean_group) / (std_group + 1e-6)    with the unbiased std (n - 1), as TRL and verl;

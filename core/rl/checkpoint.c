@@ -6,7 +6,7 @@
  * Written atomically: everything goes into a fresh sibling directory, fsync'd, which is then
  * renamed into place (the old one moved aside first and removed last), so a crash at any point
  * leaves a complete checkpoint at `dir` or at `dir.old`, which fp4rl_rl_session_load also reads.
- * In a distributed context rank 0 writes (core/session.c) and every rank reads; a load commits
+ * In a distributed context rank 0 writes (core/rl/session.c) and every rank reads; a load commits
  * only when it succeeded on every rank.
  */
 #define _GNU_SOURCE /* mkdtemp, fsync, nftw */
@@ -20,8 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "safetensors.h"
-#include "session.h"
+#include "io/safetensors.h"
+#include "rl/session.h"
 
 #define STATE_FORMAT "fp4rl-rl-checkpoint"
 #define STATE_VERSION 1

@@ -1,8 +1,8 @@
 /* context.c - device contexts and their random state. */
 #include <stdlib.h>
 
-#include "internal.h"
-#include "ops.h"
+#include "runtime/internal.h"
+#include "backend/ops.h"
 
 fp4rl_status fp4rl_context_create(fp4rl_context **out, fp4rl_device device, int ordinal)
 {

@@ -12,8 +12,8 @@
 
 #include <cJSON.h>
 
-#include "formats.h"
-#include "safetensors.h"
+#include "format/formats.h"
+#include "io/safetensors.h"
 
 /* Numbers in a header must be below 2^53, so that the double cJSON keeps is the exact integer. */
 #define ST_MAX_INT 9007199254740992.0

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 struct fp4rl_quant_policy {
     int64_t v[FP4RL_QP_COUNT];
@@ -168,7 +168,7 @@ fp4rl_status fp4rl_policy_copy(fp4rl_quant_policy **out, const fp4rl_quant_polic
     return st;
 }
 
-/* Resolves the parameters of one quantize call (used by core/quant.c). */
+/* Resolves the parameters of one quantize call (used by core/tensor/quant.c). */
 FP4RL_HIDDEN fp4rl_status fp4rl_policy_resolve(const fp4rl_quant_policy *p, fp4rl_dtype format, fp4rl_role role,
                                                const fp4rl_context *ctx, fp4rl_qparams *out, const char *fn)
 {

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 bool fp4rl_mul_ok(size_t a, size_t b, size_t *r)
 {

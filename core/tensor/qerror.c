@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cpu/cpu_internal.h"
-#include "formats.h"
+#include "format/formats.h"
 
 /* Block id of element (r, c), and the number of blocks. */
 static int64_t block_of(const fp4rl_qdesc *d, int64_t r, int64_t c)

@@ -1,6 +1,6 @@
 /*
  * model_linear.c - a linear layer's GEMM operands in the policy's numerics, and its forward and
- * backward, for the training step (core/model_forward.c) and the rollout (core/rollout.c).
+ * backward, for the training step (core/model/model_forward.c) and the rollout (core/rl/rollout.c).
  *
  * A linear layer Y = X W^T (+ b) has three GEMMs (shared/spec/recipes.md section 1):
  *   forward          Y  = X  W^T   contracts over IN      X, W blocked along IN
@@ -14,7 +14,7 @@
  */
 #include <string.h>
 
-#include "model.h"
+#include "model/model.h"
 
 /* ---- a scratch arena of device buffers, freed together ---- */
 

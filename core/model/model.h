@@ -8,9 +8,9 @@
 #ifndef FP4RL_MODEL_H
 #define FP4RL_MODEL_H
 
-#include "hf_config.h"
-#include "internal.h"
-#include "ops.h"
+#include "model/hf_config.h"
+#include "runtime/internal.h"
+#include "backend/ops.h"
 
 /* The parameters of one transformer block, in storage order. */
 enum {
@@ -52,7 +52,7 @@ static inline int fp4rl_model_p_head(const fp4rl_model *m) { return m->cfg.tie_w
 static inline float *fp4rl_model_w(const fp4rl_model *m, int p) { return m->w + m->params[p].offset; }
 static inline float *fp4rl_model_g(const fp4rl_model *m, int p) { return m->g + m->params[p].offset; }
 
-/* ---- core/model_linear.c: scratch buffers and the linear layer's numerics ---- */
+/* ---- core/model/model_linear.c: scratch buffers and the linear layer's numerics ---- */
 #define FP4RL_ARENA_MAX 2048
 /* Device buffers freed together; the first failure sticks in `st` and later allocations return NULL. */
 typedef struct fp4rl_arena { fp4rl_context *ctx; void *p[FP4RL_ARENA_MAX]; int n; fp4rl_status st; } fp4rl_arena;
@@ -80,7 +80,7 @@ FP4RL_HIDDEN fp4rl_linear_spec fp4rl_head_linear_spec(const fp4rl_model *m, int 
 /* dst [rows, cols] = the GEMM operand of src for `role`, blocked along the rows (along_rows) or
  * the last dim. */
 /* 1 when the GEMM operand of `role` is exactly BF16-representable (BF16 numerics, or MXFP4 / HiF4
- * FP4): such GEMMs run on BF16 operands with the FP32 path's products (core/model_linear.c). */
+ * FP4): such GEMMs run on BF16 operands with the FP32 path's products (core/model/model_linear.c). */
 FP4RL_HIDDEN int fp4rl_linear_bf16_exact(const fp4rl_linear_spec *s, fp4rl_role role);
 FP4RL_HIDDEN fp4rl_status fp4rl_linear_operand(fp4rl_model *m, fp4rl_arena *a, float *dst, float *src, int64_t rows,
                                                int64_t cols, const fp4rl_linear_spec *s, fp4rl_role role, int along_rows);
@@ -101,7 +101,7 @@ typedef struct fp4rl_loss_hook {
     void *user;
 } fp4rl_loss_hook;
 
-/* core/model_forward.c: the forward pass over a batch, and optionally the backward pass of a loss.
+/* core/model/model_forward.c: the forward pass over a batch, and optionally the backward pass of a loss.
  * logits_out (host, [B, T, V]) and logprobs_out (host, [B, T]) are optional. With `backward` the
  * gradients are zeroed and then accumulated and *loss is set; the loss is the masked next-token
  * cross-entropy, or the hook's when hook is not NULL. Logits are divided by `temperature` before
@@ -111,7 +111,7 @@ FP4RL_HIDDEN fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens,
                                           float *logprobs_out, int backward, double *loss,
                                           const fp4rl_loss_hook *hook, float temperature, const char *fn);
 
-/* core/model.c: clip the gradients' global norm (clip > 0), one AdamW step on all parameters
+/* core/model/model.c: clip the gradients' global norm (clip > 0), one AdamW step on all parameters
  * with the model's betas and eps, step + 1. *grad_norm gets the norm before clipping. */
 FP4RL_HIDDEN fp4rl_status fp4rl_model_update(fp4rl_model *m, double lr, double weight_decay, double clip, double *grad_norm);
 

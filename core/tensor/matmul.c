@@ -1,7 +1,7 @@
 /* matmul.c - C = A * B^T with dense or quantized operands: exact dequantization, FP32 GEMM. */
 #include <limits.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 static fp4rl_status check_operand(const fp4rl_tensor *t, const fp4rl_context *ctx, const char *name)
 {

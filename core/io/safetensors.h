@@ -13,7 +13,7 @@
  * tensors tile the data section exactly (no overlap, no gap, nothing after the last one), as the
  * format requires. Anything else is FP4RL_ERR_CORRUPT with a message naming the tensor and the
  * field; a file that cannot be read is FP4RL_ERR_IO. Errors follow the library's convention:
- * a status, and the thread's message through fp4rl_fail (core/internal.h).
+ * a status, and the thread's message through fp4rl_fail (core/runtime/internal.h).
  */
 #ifndef FP4RL_SAFETENSORS_H
 #define FP4RL_SAFETENSORS_H
@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -126,7 +126,7 @@ FP4RL_HIDDEN fp4rl_status fp4rl_st_write_path(const char *path, const fp4rl_st_w
 FP4RL_HIDDEN fp4rl_status fp4rl_st_write_mem(void **out, size_t *out_len, const fp4rl_st_write_entry *entries,
                                              size_t n_entries, const fp4rl_st_kv *meta, size_t n_meta);
 
-/* ---- small file helpers shared with core/hf_config.c --------------------------------------- */
+/* ---- small file helpers shared with core/model/hf_config.c --------------------------------------- */
 
 /* Reads a whole regular file into a new malloc'd buffer with a NUL byte after its `*len` bytes.
  * FP4RL_ERR_IO (cannot open / read, not a regular file), FP4RL_ERR_CORRUPT (more than max_bytes),

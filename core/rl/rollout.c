@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qdq_block.h"
-#include "rollout.h"
+#include "format/qdq_block.h"
+#include "rl/rollout.h"
 
 fp4rl_status fp4rl_rollout_linear(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, int resq, float *y,
                                   float *x, const float *wq, const float *b, int64_t N, int64_t IN, int64_t OUT,

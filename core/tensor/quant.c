@@ -1,7 +1,7 @@
 /* quant.c - the quantize / dequantize / transpose entry points: validation, then the backend. */
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 fp4rl_status fp4rl_quantize(fp4rl_tensor **out, fp4rl_context *ctx, const fp4rl_tensor *src, fp4rl_dtype format,
                             const fp4rl_quant_policy *policy, fp4rl_role role)

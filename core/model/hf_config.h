@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
 
 #ifdef __cplusplus
 extern "C" {

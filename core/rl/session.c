@@ -1,7 +1,7 @@
 /*
  * session.c - fp4rl_rl_session: the RL step of shared/spec/recipes.md section 3.
- *   1-2 sync + rollout (core/rollout.c), 3 reward, 4 GRPO advantages, 5 log pi_old in the
- *   training numerics, 6 the TIS-weighted clipped loss per token (core/grpo.c), 7 backward in the
+ *   1-2 sync + rollout (core/rl/rollout.c), 3 reward, 4 GRPO advantages, 5 log pi_old in the
+ *   training numerics, 6 the TIS-weighted clipped loss per token (core/rl/grpo.c), 7 backward in the
  *   training numerics + AdamW, 8 metrics.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -11,8 +11,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "grpo.h"
-#include "session.h"
+#include "rl/grpo.h"
+#include "rl/session.h"
 
 static const char *const metric_names[M_COUNT] = {
     "reward/mean", "reward/std", "reward/max", "reward/min", "adv/zero_std_frac", "pg/loss", "pg/clipfrac_low",

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "formats.h"
-#include "model.h"
-#include "safetensors.h"
+#include "format/formats.h"
+#include "model/model.h"
+#include "io/safetensors.h"
 
 static const char *const layer_names[FP4RL_LP_COUNT] = {
     "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight",
