@@ -7,10 +7,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
-cmake -S . -B build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build/release -j"$(nproc)" --target fp4rl_rl_demo
+# Build only what the demo needs: the CPU demo compiles no CUDA (minutes saved where a toolkit
+# is installed); --gpu compiles the CUDA backend for this machine's GPU only.
+args=(--cpu) build=build/demo-cpu cfg=(-DFP4RL_WITH_CUDA=OFF)
+if [ "${1:-}" = "--gpu" ]; then
+  args=() build=build/demo-gpu cfg=(-DFP4RL_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native)
+  shift
+fi
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFP4RL_BUILD_TESTS=OFF "${cfg[@]}" >/dev/null
+cmake --build "$build" -j"$(nproc)" --target fp4rl_rl_demo
 # The model is tiny: one BLAS thread per GEMM beats OpenBLAS's thread pool spinning on small products.
 export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
-args=(--cpu)
-if [ "${1:-}" = "--gpu" ]; then args=(); shift; fi
-./build/release/fp4rl_rl_demo "${args[@]}" "$@"
+"./$build/fp4rl_rl_demo" "${args[@]}" "$@"
