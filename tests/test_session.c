@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -540,6 +542,124 @@ START_TEST(test_checkpoint_before_allreduce_param)
 }
 END_TEST
 
+/* ---- save targets (core/io/atomic_dir.c) ---- */
+static void put_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+static int file_is(const char *path, const char *text)
+{
+    char buf[256] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    return n == strlen(text) && memcmp(buf, text, n) == 0;
+}
+static int exists(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+/* A save to `target` is refused with an error naming it; `witness` still holds `text`. */
+static void save_refused(const fp4rl_rl_session *s, const char *target, const char *witness, const char *text)
+{
+    ck_assert_int_eq(fp4rl_rl_session_save(s, target), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), target));
+    ck_assert(file_is(witness, text));
+}
+/* A pid that is no longer alive: a child that exited and was reaped. */
+static long dead_pid(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    waitpid(pid, NULL, 0);
+    return (long)pid;
+}
+
+/* Saving replaces only a previous checkpoint; a regular file, a foreign directory and a symbolic
+ * link are refused and left byte-identical; a killed save's leftovers are cleaned by the next
+ * save or load, and a checkpoint a killed save left moved aside is put back. */
+START_TEST(test_save_targets)
+{
+    fp4rl_model *m;
+    fp4rl_rl_session *s = new_session(&m, NULL, 4);
+    char dir[] = "/tmp/fp4rl_tgt_XXXXXX", file[600], foreign[600], link_p[600], ck[600], inner[700], path[800], path2[800], path3[900];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(file, sizeof file, "%s/notes.txt", dir);
+    put_file(file, "the user's notes\n");
+    save_refused(s, file, file, "the user's notes\n");
+    snprintf(foreign, sizeof foreign, "%s/photos", dir);
+    mkdir(foreign, 0755);
+    snprintf(inner, sizeof inner, "%s/cat.jpg", foreign);
+    put_file(inner, "meow");
+    save_refused(s, foreign, inner, "meow");
+    snprintf(link_p, sizeof link_p, "%s/link", dir);
+    ck_assert_int_eq(symlink(foreign, link_p), 0);
+    save_refused(s, link_p, inner, "meow");
+    /* nothing was left next to them */
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "test $(ls -A %s | wc -l) -eq 3", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    /* an empty directory, then over a previous checkpoint */
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    mkdir(ck, 0755);
+    ck_assert_msg(fp4rl_rl_session_save(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert_msg(fp4rl_rl_session_save(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    snprintf(path, sizeof path, "%s/.fp4rl-checkpoint", ck);
+    ck_assert(exists(path));
+    snprintf(path, sizeof path, "%s/.fp4rl-staging", ck);
+    ck_assert(!exists(path));
+    /* a checkpoint written before the marker: recognised by its state.json, replaced */
+    snprintf(path, sizeof path, "%s/.fp4rl-checkpoint", ck);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_msg(fp4rl_rl_session_save(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert(exists(path));
+    /* a killed save's staging directory is removed; a look-alike without the in-progress file
+     * (not provably ours) and one of a live process stay */
+    const long dead = dead_pid();
+    char stale[700], lookalike[700], live[700];
+    snprintf(stale, sizeof stale, "%s/.ckpt.fp4rl-tmp.%ld.aaaa", dir, dead);
+    snprintf(lookalike, sizeof lookalike, "%s/.ckpt.fp4rl-tmp.%ld.bbbb", dir, dead);
+    snprintf(live, sizeof live, "%s/.ckpt.fp4rl-tmp.%ld.cccc", dir, (long)getppid());
+    mkdir(stale, 0755);
+    mkdir(lookalike, 0755);
+    mkdir(live, 0755);
+    snprintf(path, sizeof path, "%s/.fp4rl-staging", stale);
+    put_file(path, "pid\n");
+    snprintf(path, sizeof path, "%s/model.safetensors", stale);
+    put_file(path, "partial");
+    snprintf(path, sizeof path, "%s/.fp4rl-staging", live);
+    put_file(path, "pid\n");
+    ck_assert_msg(fp4rl_rl_session_save(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert(!exists(stale));
+    ck_assert(exists(lookalike));
+    ck_assert(exists(live));
+    /* killed between the two renames: the previous checkpoint is moved aside; load puts it back */
+    snprintf(path, sizeof path, "%s/.ckpt.fp4rl-old.%ld.dddd", dir, dead);
+    ck_assert_int_eq(rename(ck, path), 0);
+    snprintf(path2, sizeof path2, "%s/.ckpt.fp4rl-tmp.%ld.dddd", dir, dead);
+    mkdir(path2, 0755);
+    snprintf(path3, sizeof path3, "%s/.fp4rl-staging", path2);
+    put_file(path3, "pid\n");
+    ck_assert_msg(fp4rl_rl_session_load(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert(exists(ck));
+    ck_assert(!exists(path));
+    ck_assert(!exists(path2));
+    /* dir.old of a save of earlier versions is still read */
+    snprintf(path, sizeof path, "%s.old", ck);
+    ck_assert_int_eq(rename(ck, path), 0);
+    ck_assert_msg(fp4rl_rl_session_load(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("session");
@@ -554,6 +674,7 @@ int main(void)
     tcase_add_test(tc, test_rl_raises_reward);
     tcase_add_test(tc, test_checkpoint_resume);
     tcase_add_test(tc, test_checkpoint_before_allreduce_param);
+    tcase_add_test(tc, test_save_targets);
     suite_add_tcase(su, tc);
     return fp4rl_check_run(su);
 }

@@ -3,48 +3,34 @@
  *   model.safetensors      master weights, HF names (loadable by HF transformers too)
  *   optimizer.safetensors  AdamW moments "adam_m", "adam_v" (and "ref_w", the KL reference)
  *   state.json             steps, random state, hyper-parameters, policy, stop tokens, config
- * Written atomically: everything goes into a fresh sibling directory, fsync'd, which is then
- * renamed into place (the old one moved aside first and removed last), so a crash at any point
- * leaves a complete checkpoint at `dir` or at `dir.old`, which fp4rl_rl_session_load also reads.
+ *   .fp4rl-checkpoint      the marker, written last (core/io/atomic_dir.c)
+ * Written atomically through core/io/atomic_dir.c, which replaces only a previous checkpoint: a
+ * directory holding the marker, or one written before the marker existed, recognised by its
+ * state.json's "format": "fp4rl-rl-checkpoint" (adopted: the marker is added before the save).
+ * A regular file, any other directory or a special file at `dir` is refused and left untouched.
+ * A crash at any point leaves a complete checkpoint at `dir` (or moved aside, which the next save
+ * or load puts back); `dir.old`, left by a crash of a save of earlier versions, is still read.
  * In a distributed context rank 0 writes (core/rl/session.c) and every rank reads; a load commits
  * only when it succeeded on every rank.
  */
-#define _GNU_SOURCE /* mkdtemp, fsync, nftw */
+#define _GNU_SOURCE /* fsync */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/atomic_dir.h"
 #include "io/safetensors.h"
 #include "rl/session.h"
 
 #define STATE_FORMAT "fp4rl-rl-checkpoint"
 #define STATE_VERSION 1
+#define MARKER ".fp4rl-checkpoint"
 #define SESSION_PARAMS_V1 16 /* session parameters of the first checkpoints (up to FP4RL_RL_SEED) */
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb; (void)flag; (void)ftw;
-    return remove(path);
-}
-static void rm_tree(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static fp4rl_status fsync_path(const char *path, const char *fn)
-{
-    int fd = open(path, O_RDONLY);
-    if (fd < 0 || fsync(fd) != 0) {
-        int e = errno;
-        if (fd >= 0) close(fd);
-        return fp4rl_fail(FP4RL_ERR_IO, "%s: fsync %s: %s", fn, path, strerror(e));
-    }
-    close(fd);
-    return FP4RL_OK;
-}
 
 static char *state_json(const fp4rl_rl_session *s)
 {
@@ -94,17 +80,34 @@ static fp4rl_status write_file_synced(const char *path, const char *text, const 
     return ok ? FP4RL_OK : fp4rl_fail(FP4RL_ERR_IO, "%s: writing %s: %s", fn, path, strerror(e));
 }
 
+/* A checkpoint written before the marker existed: a directory whose state.json says it is one. */
+static int legacy_checkpoint(const char *dir)
+{
+    char path[4200];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/" MARKER, dir);
+    if (lstat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || lstat(path, &sb) == 0) return 0;
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    uint8_t *text = NULL;
+    size_t len = 0;
+    if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || fp4rl_read_file(path, 1u << 24, &text, &len, "legacy") != FP4RL_OK) return 0;
+    cJSON *root = cJSON_ParseWithLength((const char *)text, len);
+    free(text);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const int ours = cJSON_IsString(fmt) && strcmp(fmt->valuestring, STATE_FORMAT) == 0;
+    cJSON_Delete(root);
+    return ours;
+}
+
 fp4rl_status fp4rl_session_save(const fp4rl_rl_session *s, const char *dir)
 {
     const char *fn = "fp4rl_rl_session_save";
     const fp4rl_model *m = s->model;
     fp4rl_context *ctx = s->ctx;
-    const size_t n = strlen(dir);
-    if (n == 0 || n > 3500) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: dir is empty or too long", fn);
-    char tmp[4096], old[4096], path[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", dir);
-    if (!mkdtemp(tmp)) return fp4rl_fail(FP4RL_ERR_IO, "%s: cannot create a directory next to %s: %s", fn, dir, strerror(errno));
-    fp4rl_status st;
+    char *tmp = NULL, path[4200];
+    fp4rl_status st = legacy_checkpoint(dir) ? fp4rl_dir_mark(dir, MARKER, fn) : FP4RL_OK;
+    if (!st) st = fp4rl_dir_stage(dir, MARKER, &tmp, fn);
+    if (st) return st;
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     st = fp4rl_model_save(m, path, FP4RL_DTYPE_F32);
     /* optimizer moments (and the KL reference), straight from the device */
@@ -129,32 +132,11 @@ fp4rl_status fp4rl_session_save(const fp4rl_rl_session *s, const char *dir)
         st = text ? write_file_synced(path, text, fn) : fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         free(text);
     }
-    if (!st) st = fsync_path(tmp, fn);
-    /* swap it into place */
-    snprintf(old, sizeof old, "%s.old", dir);
-    struct stat sb;
-    const int had = stat(dir, &sb) == 0;
-    if (!st && had) {
-        rm_tree(old);
-        if (rename(dir, old) != 0) st = fp4rl_fail(FP4RL_ERR_IO, "%s: cannot move the previous checkpoint %s aside: %s", fn, dir, strerror(errno));
-    }
-    if (!st && rename(tmp, dir) != 0) {
-        st = fp4rl_fail(FP4RL_ERR_IO, "%s: cannot rename %s to %s: %s", fn, tmp, dir, strerror(errno));
-        if (had) rename(old, dir); /* put the previous one back */
-    }
     if (st) {
-        rm_tree(tmp);
+        fp4rl_dir_abort(tmp);
         return st;
     }
-    /* the parent directory records the renames */
-    char parent[4096];
-    snprintf(parent, sizeof parent, "%s", dir);
-    char *slash = strrchr(parent, '/');
-    if (slash && slash != parent) *slash = 0;
-    else snprintf(parent, sizeof parent, "%s", slash ? "/" : ".");
-    fsync_path(parent, fn);
-    if (had) rm_tree(old);
-    return FP4RL_OK;
+    return fp4rl_dir_commit(tmp, dir, MARKER, fn);
 }
 
 /* ---- load ---- */
@@ -196,8 +178,12 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
     fp4rl_context *ctx = s->ctx;
     char base[4096], path[4200];
     struct stat sb;
+    /* a killed save's leftovers: rank 0 puts a checkpoint moved aside back and removes the rest;
+     * the other ranks wait for it (a collective) */
+    if (!fp4rl_dist_active(ctx) || ctx->rank == 0) fp4rl_dir_recover(dir, MARKER);
+    if (fp4rl_dist_active(ctx)) fp4rl_dist_agree(ctx, FP4RL_OK, fn);
     snprintf(base, sizeof base, "%s", dir);
-    if (stat(base, &sb) != 0) { /* a crash between the two renames of a save leaves dir.old */
+    if (stat(base, &sb) != 0) { /* a crash between the two renames of a save of earlier versions left dir.old */
         snprintf(base, sizeof base, "%s.old", dir);
         if (stat(base, &sb) != 0) return fp4rl_dist_agree(ctx, fp4rl_fail(FP4RL_ERR_IO, "%s: no checkpoint at %s", fn, dir), fn);
     }
