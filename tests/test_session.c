@@ -73,6 +73,13 @@ static void prompts_for(uint64_t seed, size_t n, int32_t *tok, size_t *off)
     add_batch(&r, 9, n, tok, off);
 }
 
+static void rm_rf(const char *dir)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
 static double metric(const fp4rl_rl_session *s, const char *name)
 {
     double v;
@@ -263,6 +270,12 @@ START_TEST(test_errors)
     ck_assert_int_eq(fp4rl_rl_session_step(s, tok, zero_len, 2, sevens, NULL), FP4RL_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "empty"));
     ck_assert_int_eq(fp4rl_rl_session_step(s, tok, bad0, 1, sevens, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    /* offsets that wrap or overflow are refused before any token is read (ASan: no overflow) */
+    const size_t wraps[][3] = {{0, SIZE_MAX, 2}, {0, ((size_t)1 << 63) + 5, 3}, {0, 3, SIZE_MAX - 1}, {0, SIZE_MAX - 10, 2}};
+    for (int k = 0; k < 4; k++) {
+        ck_assert_int_ne(fp4rl_rl_session_step(s, tok, wraps[k], 2, sevens, NULL), FP4RL_OK);
+        ck_assert_int_ne(fp4rl_rl_session_rollout(s, tok, wraps[k], 2), FP4RL_OK);
+    }
     int32_t longp[40] = {0};
     size_t loff[2] = {0, 30}; /* 30 + 4 new tokens > 32 positions */
     ck_assert_int_eq(fp4rl_rl_session_step(s, longp, loff, 1, sevens, NULL), FP4RL_ERR_SHAPE);
@@ -456,9 +469,7 @@ START_TEST(test_checkpoint_resume)
     ck_assert_int_eq(fp4rl_rl_session_load(s2, ck), FP4RL_ERR_CORRUPT);
     float *still = all_params(m2);
     ck_assert_mem_eq(got, still, (size_t)m->total * sizeof(float));
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    rm_rf(dir);
     free(want); free(got); free(still);
     fp4rl_rl_session_destroy(s2);
     fp4rl_model_destroy(m2);
@@ -532,9 +543,7 @@ START_TEST(test_checkpoint_before_allreduce_param)
     truncate_session_params(ck, 15);
     ck_assert_int_eq(fp4rl_rl_session_load(s2, ck), FP4RL_ERR_CORRUPT);
     ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "session_params"));
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    rm_rf(dir);
     fp4rl_rl_session_destroy(s2);
     fp4rl_model_destroy(m2);
     fp4rl_rl_session_destroy(s);
@@ -653,8 +662,40 @@ START_TEST(test_save_targets)
     snprintf(path, sizeof path, "%s.old", ck);
     ck_assert_int_eq(rename(ck, path), 0);
     ck_assert_msg(fp4rl_rl_session_load(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    rm_rf(dir);
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+}
+END_TEST
+
+/* A metrics append that fails after the update (the JSONL path became a directory): the step
+ * succeeds and reports the logging problem separately. */
+START_TEST(test_metrics_append_failure)
+{
+    fp4rl_model *m;
+    fp4rl_rl_session *s = new_session(&m, NULL, 4);
+    char dir[] = "/tmp/fp4rl_mx_XXXXXX", log[600];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(log, sizeof log, "%s/metrics.jsonl", dir);
+    ck_assert_int_eq(fp4rl_rl_session_set_metrics_file(s, log), FP4RL_OK);
+    int32_t tok[2 * 43];
+    size_t off[3];
+    prompts_for(3, 2, tok, off);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, off, 2, sevens, NULL), FP4RL_OK);
+    ck_assert_double_eq(metric(s, "io/metrics_write_error"), 0);
+    ck_assert_int_eq(unlink(log), 0);
+    ck_assert_int_eq(mkdir(log, 0755), 0);
+    float *before = all_params(m);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, off, 2, sevens, NULL), FP4RL_OK);
+    ck_assert_double_eq(metric(s, "io/metrics_write_error"), 1);
+    float *after = all_params(m);
+    ck_assert(memcmp(before, after, (size_t)m->total * sizeof(float)) != 0); /* the update was applied */
+    int64_t steps;
+    fp4rl_rl_session_step_count(s, &steps);
+    ck_assert_int_eq(steps, 2);
+    rm_rf(dir);
+    free(before);
+    free(after);
     fp4rl_rl_session_destroy(s);
     fp4rl_model_destroy(m);
 }
@@ -675,6 +716,7 @@ int main(void)
     tcase_add_test(tc, test_checkpoint_resume);
     tcase_add_test(tc, test_checkpoint_before_allreduce_param);
     tcase_add_test(tc, test_save_targets);
+    tcase_add_test(tc, test_metrics_append_failure);
     suite_add_tcase(su, tc);
     return fp4rl_check_run(su);
 }

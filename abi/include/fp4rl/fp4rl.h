@@ -524,14 +524,22 @@ FP4RL_API const char *fp4rl_rl_session_metric_name(size_t i);
  * (NUL-terminated); *needed gets the size it needs. FP4RL_ERR_SHAPE when buf_size is too small. */
 FP4RL_API fp4rl_status fp4rl_rl_session_metrics_json(const fp4rl_rl_session *s, char *buf, size_t buf_size, size_t *needed);
 /* Appends each step's metrics JSON as a line to this file (NULL stops). Every rank of a distributed
- * context that sets a file writes to it: set one on rank 0 only, or one per rank. */
+ * context that sets a file writes to it: set one on rank 0 only, or one per rank. A failing append
+ * (the file became a directory, the disk is full) never fails the step, whose update is applied:
+ * the step returns FP4RL_OK, its metric "io/metrics_write_error" is 1 (else 0) and
+ * fp4rl_last_error() says what failed. */
 FP4RL_API fp4rl_status fp4rl_rl_session_set_metrics_file(fp4rl_rl_session *s, const char *jsonl_path);
 /* The number of completed steps. */
 FP4RL_API fp4rl_status fp4rl_rl_session_step_count(const fp4rl_rl_session *s, int64_t *steps);
 
 /* Saves the full state (master weights, optimizer moments, step, random state, policy,
  * hyper-parameters, stop tokens, config) to directory `dir`, atomically: it is written as a new
- * directory and renamed into place, so a crash never destroys the previous checkpoint. In a
+ * directory and renamed into place, so a crash never destroys the previous checkpoint. `dir` must
+ * be absent, an empty directory or a previous checkpoint (holding the marker file
+ * ".fp4rl-checkpoint", or written before it existed: a state.json of "format":
+ * "fp4rl-rl-checkpoint"); a regular file, a symbolic link, any other directory or a special file
+ * is refused with FP4RL_ERR_INVALID_ARGUMENT naming the path and left untouched. The leftovers of
+ * a killed save are removed by the next save or load of `dir` when provably its own. In a
  * distributed context only rank 0 writes; every rank must call it (with the same dir), and every
  * rank returns rank 0's status. */
 FP4RL_API fp4rl_status fp4rl_rl_session_save(const fp4rl_rl_session *s, const char *dir);
