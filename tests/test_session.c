@@ -580,6 +580,12 @@ static void save_refused(const fp4rl_rl_session *s, const char *target, const ch
     ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), target));
     ck_assert(file_is(witness, text));
 }
+/* Creates the directory of template `dir` (mkdtemp) and names `name` in it into out. */
+static void in_fresh_dir(char *dir, const char *name, char *out, size_t cap)
+{
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_lt(snprintf(out, cap, "%s/%s", dir, name), (int)cap);
+}
 /* A pid that is no longer alive: a child that exited and was reaped. */
 static long dead_pid(void)
 {
@@ -668,6 +674,16 @@ START_TEST(test_save_targets)
 }
 END_TEST
 
+/* The end of a test: its directory, session, model and two weight copies go. */
+static void finish(const char *dir, fp4rl_rl_session *s, fp4rl_model *m, float *before, float *after)
+{
+    rm_rf(dir);
+    free(before);
+    free(after);
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+}
+
 /* A metrics append that fails after the update (the JSONL path became a directory): the step
  * succeeds and reports the logging problem separately. */
 START_TEST(test_metrics_append_failure)
@@ -675,8 +691,7 @@ START_TEST(test_metrics_append_failure)
     fp4rl_model *m;
     fp4rl_rl_session *s = new_session(&m, NULL, 4);
     char dir[] = "/tmp/fp4rl_mx_XXXXXX", log[600];
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(log, sizeof log, "%s/metrics.jsonl", dir);
+    in_fresh_dir(dir, "metrics.jsonl", log, sizeof log);
     ck_assert_int_eq(fp4rl_rl_session_set_metrics_file(s, log), FP4RL_OK);
     int32_t tok[2 * 43];
     size_t off[3];
@@ -693,11 +708,77 @@ START_TEST(test_metrics_append_failure)
     int64_t steps;
     fp4rl_rl_session_step_count(s, &steps);
     ck_assert_int_eq(steps, 2);
-    rm_rf(dir);
-    free(before);
-    free(after);
-    fp4rl_rl_session_destroy(s);
-    fp4rl_model_destroy(m);
+    finish(dir, s, m, before, after);
+}
+END_TEST
+
+/* Sets state.json's key (index >= 0: its array entry) to v in checkpoint `dir`; index -2 restores
+ * the saved copy. */
+static void edit_state(const char *dir, const char *key, int index, double v)
+{
+    char path[700], keep[700];
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    snprintf(keep, sizeof keep, "%s/state.keep", dir);
+    FILE *f = fopen(keep, "rb");
+    if (!f) { /* first edit: keep the original */
+        char cmd[1500];
+        snprintf(cmd, sizeof cmd, "cp %s %s", path, keep);
+        ck_assert_int_eq(system(cmd), 0);
+        f = fopen(keep, "rb");
+    }
+    char *text = calloc(1 << 16, 1);
+    const size_t len = fread(text, 1, (1 << 16) - 1, f);
+    fclose(f);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    cJSON *item = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (index >= 0) cJSON_ReplaceItemInArray(item, index, cJSON_CreateNumber(v));
+    else cJSON_ReplaceItemInObjectCaseSensitive(root, key, cJSON_CreateNumber(v));
+    char *out = cJSON_Print(root);
+    put_file(path, out);
+    cJSON_free(out);
+    cJSON_Delete(root);
+    free(text);
+}
+
+/* A checkpoint with any out-of-range field is refused with FP4RL_ERR_CORRUPT naming it, and the
+ * session is unchanged: the loader applies exactly the setters' bounds. */
+START_TEST(test_checkpoint_bounds)
+{
+    fp4rl_model *m;
+    fp4rl_rl_session *s = new_session(&m, NULL, 4);
+    char dir[] = "/tmp/fp4rl_bnd_XXXXXX", ck[600];
+    in_fresh_dir(dir, "ckpt", ck, sizeof ck);
+    ck_assert_msg(fp4rl_rl_session_save(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_LR, 0.25), FP4RL_OK);
+    float *before = all_params(m);
+    static const struct { const char *key; int index; double v; const char *name; } bad[] = {
+        {"session_params", FP4RL_RL_GROUP_SIZE, 0, "group_size"}, {"session_params", FP4RL_RL_GROUP_SIZE, 1, "group_size"},
+        {"session_params", FP4RL_RL_GROUP_SIZE, -4, "group_size"}, {"session_params", FP4RL_RL_GROUP_SIZE, 1e300, "group_size"},
+        {"session_params", FP4RL_RL_MAX_NEW_TOKENS, 0, "max_new_tokens"}, {"session_params", FP4RL_RL_MAX_NEW_TOKENS, 1e18, "max_new_tokens"},
+        {"session_params", FP4RL_RL_TEMPERATURE, 0, "temperature"}, {"session_params", FP4RL_RL_TEMPERATURE, -1, "temperature"},
+        {"session_params", FP4RL_RL_TEMPERATURE, 1e-40, "temperature"}, {"session_params", FP4RL_RL_TOP_K, 1e9, "top_k"},
+        {"session_params", FP4RL_RL_LR, 0, "lr"}, {"session_params", FP4RL_RL_LR, -1, "lr"}, {"session_params", FP4RL_RL_LR, 1e300, "lr"},
+        {"session_params", FP4RL_RL_WEIGHT_DECAY, 1e300, "weight_decay"}, {"session_params", FP4RL_RL_KL_COEF, 1e300, "kl_coef"},
+        {"session_params", FP4RL_RL_CLIP_LOW, 5, "clip_low"}, {"session_params", FP4RL_RL_TIS_CAP, 0.5, "tis_cap"},
+        {"session_params", FP4RL_RL_LOSS_AGG, 7, "loss_agg"}, {"session_params", FP4RL_RL_MINIBATCHES, 0, "minibatches"},
+        {"session_params", FP4RL_RL_EPOCHS, 0, "epochs"}, {"session_params", FP4RL_RL_EPOCHS, 1e9, "epochs"},
+        {"session_params", FP4RL_RL_GRAD_CLIP, -1, "grad_clip"}, {"session_params", FP4RL_RL_SEED, -1, "seed"},
+        {"session_params", FP4RL_RL_SEED, 1e300, "seed"}, {"session_params", FP4RL_RL_ALLREDUCE_BF16, 9, "allreduce_bf16"},
+        {"model_params", FP4RL_MP_BETA1, 1.5, "beta1"}, {"model_params", FP4RL_MP_ADAM_EPS, 0, "adam_eps"},
+        {"session_steps", -1, 1.5, "session_steps"}, {"session_steps", -1, 1e300, "session_steps"},
+        {"model_step", -1, 2.5, "model_step"}, {"stop_tokens", 0, 1.5, "stop_tokens"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        edit_state(ck, bad[k].key, bad[k].index, bad[k].v);
+        ck_assert_msg(fp4rl_rl_session_load(s, ck) == FP4RL_ERR_CORRUPT, "%s[%d] = %g accepted", bad[k].key, bad[k].index, bad[k].v);
+        ck_assert_msg(strstr(fp4rl_last_error(), bad[k].name), "%s", fp4rl_last_error());
+        double lr;
+        fp4rl_rl_session_get(s, FP4RL_RL_LR, &lr);
+        ck_assert_double_eq(lr, 0.25);
+    }
+    float *after = all_params(m);
+    ck_assert_mem_eq(before, after, (size_t)m->total * sizeof(float));
+    finish(dir, s, m, before, after);
 }
 END_TEST
 
@@ -717,6 +798,7 @@ int main(void)
     tcase_add_test(tc, test_checkpoint_before_allreduce_param);
     tcase_add_test(tc, test_save_targets);
     tcase_add_test(tc, test_metrics_append_failure);
+    tcase_add_test(tc, test_checkpoint_bounds);
     suite_add_tcase(su, tc);
     return fp4rl_check_run(su);
 }

@@ -161,23 +161,30 @@ fp4rl_status fp4rl_model_set_policy(fp4rl_model *m, const fp4rl_quant_policy *po
     return FP4RL_OK;
 }
 
+static const char *const hp_names[FP4RL_MP_COUNT] = {"lr", "weight_decay", "beta1", "beta2", "adam_eps", "grad_clip"};
+const char *fp4rl_model_hparam_name(int p) { return p >= 0 && p < FP4RL_MP_COUNT ? hp_names[p] : "?"; }
+
+/* The one definition of the model hyper-parameters' bounds (setter and checkpoint loader). */
+const char *fp4rl_model_hparam_allowed(int p, double v)
+{
+    switch ((fp4rl_mparam)p) {
+    case FP4RL_MP_LR: return v > 0 && v <= 1 ? NULL : "(0, 1]";
+    case FP4RL_MP_WEIGHT_DECAY: return v >= 0 && v <= 1 ? NULL : "[0, 1]";
+    case FP4RL_MP_ADAM_EPS: return v > 0 && v <= 1 ? NULL : "(0, 1]";
+    case FP4RL_MP_BETA1: case FP4RL_MP_BETA2: return v >= 0 && v < 1 ? NULL : "[0, 1)";
+    default: return v >= 0 && isfinite(v) ? NULL : ">= 0"; /* grad_clip */
+    }
+}
+
 fp4rl_status fp4rl_model_set_hparam(fp4rl_model *m, fp4rl_mparam param, double v)
 {
     const char *fn = "fp4rl_model_set_hparam";
     fp4rl_status st = check_model(m, fn);
     if (st) return st;
-    static const char *const names[FP4RL_MP_COUNT] = {"lr", "weight_decay", "beta1", "beta2", "adam_eps", "grad_clip"};
     if ((int)param < 0 || (int)param >= FP4RL_MP_COUNT)
         return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: unknown parameter %d (0 .. %d)", fn, (int)param, FP4RL_MP_COUNT - 1);
-    int ok = isfinite(v);
-    switch (param) {
-    case FP4RL_MP_LR: case FP4RL_MP_ADAM_EPS: ok = ok && v > 0; break;
-    case FP4RL_MP_BETA1: case FP4RL_MP_BETA2: ok = ok && v >= 0 && v < 1; break;
-    default: ok = ok && v >= 0; break;
-    }
-    if (!ok)
-        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %s = %g is out of range (lr, adam_eps: > 0; beta1, beta2: [0, 1); weight_decay, grad_clip: >= 0)",
-                          fn, names[param], v);
+    const char *allowed = fp4rl_model_hparam_allowed((int)param, v);
+    if (allowed) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %s = %g is out of range; allowed: %s", fn, fp4rl_model_hparam_name((int)param), v, allowed);
     m->hp[param] = v;
     return FP4RL_OK;
 }

@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,12 @@ static fp4rl_status parse_u64(const cJSON *root, const char *key, uint64_t *out,
     return FP4RL_OK;
 }
 
+/* A step counter: an integral JSON number in 0 .. 2^53. */
+static int counter_ok(const cJSON *v)
+{
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 9007199254740992.0 && v->valuedouble == floor(v->valuedouble);
+}
+
 /* An array of min_n .. n numbers into out[0 ..); entries past its end keep their values (parameters
  * added after the checkpoint was written). */
 static fp4rl_status number_array(const cJSON *root, const char *key, double *out, int min_n, int n, const char *fn,
@@ -201,8 +208,9 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, STATE_FORMAT) != 0 || !cJSON_IsNumber(ver) || ver->valuedouble != STATE_VERSION)
         st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s is not an fp4rl RL checkpoint of version %d", fn, path, STATE_VERSION);
     const cJSON *js = cJSON_GetObjectItemCaseSensitive(root, "session_steps"), *jm = cJSON_GetObjectItemCaseSensitive(root, "model_step");
-    if (!st && (!cJSON_IsNumber(js) || !cJSON_IsNumber(jm) || js->valuedouble < 0 || jm->valuedouble < 0))
-        st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: session_steps / model_step missing or negative", fn, path);
+    if (!st && (!counter_ok(js) || !counter_ok(jm)))
+        st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"%s\" is missing or not an integer in 0 .. 2^53", fn, path,
+                        counter_ok(js) ? "model_step" : "session_steps");
     if (!st) { steps = js->valuedouble; mstep = jm->valuedouble; }
     if (!st) st = parse_u64(root, "context_seed", &seed, fn, path);
     if (!st) st = parse_u64(root, "context_rng_offset", &off, fn, path);
@@ -213,6 +221,20 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
     if (!st) st = number_array(root, "session_params", hp, SESSION_PARAMS_V1, FP4RL_RL_PARAM_COUNT, fn, path);
     if (!st) st = number_array(root, "model_params", mh, FP4RL_MP_COUNT, FP4RL_MP_COUNT, fn, path);
     if (!st) st = number_array(root, "policy", pol, FP4RL_QP_COUNT, FP4RL_QP_COUNT, fn, path);
+    /* exactly the setters' bounds (one definition each) */
+    for (int i = 0; !st && i < FP4RL_RL_PARAM_COUNT; i++) {
+        const char *allowed = fp4rl_rl_param_allowed(s, i, hp[i]);
+        if (allowed) st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: session_params[%d] (%s) = %g is out of range; allowed: %s", fn, path, i,
+                                     fp4rl_rl_param_name(i), hp[i], allowed);
+    }
+    for (int i = 0; !st && i < FP4RL_MP_COUNT; i++) {
+        const char *allowed = fp4rl_model_hparam_allowed(i, mh[i]);
+        if (allowed) st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: model_params[%d] (%s) = %g is out of range; allowed: %s", fn, path, i,
+                                     fp4rl_model_hparam_name(i), mh[i], allowed);
+    }
+    for (int i = 0; !st && i < FP4RL_QP_COUNT; i++)
+        if (!(pol[i] == floor(pol[i]) && fabs(pol[i]) <= 9007199254740992.0))
+            st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: policy[%d] = %g is not an integer", fn, path, i, pol[i]);
     /* the checkpoint must be of this model's shape */
     if (!st) {
         const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
@@ -239,12 +261,13 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
     }
     const cJSON *js_stop = cJSON_GetObjectItemCaseSensitive(root, "stop_tokens");
     if (!st && !cJSON_IsArray(js_stop)) st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: stop_tokens is not an array", fn, path);
+    if (!st && cJSON_GetArraySize(js_stop) > 1024) st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: more than 1024 stop_tokens", fn, path);
     if (!st && (n_stop = (size_t)cJSON_GetArraySize(js_stop)) > 0) {
         stop = malloc(n_stop * sizeof *stop);
         if (!stop) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         for (size_t i = 0; !st && i < n_stop; i++) {
             const cJSON *v = cJSON_GetArrayItem(js_stop, (int)i);
-            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= (double)m->cfg.vocab_size)
+            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= (double)m->cfg.vocab_size || v->valuedouble != floor(v->valuedouble))
                 st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: stop_tokens[%zu] is not a token id", fn, path, i);
             else stop[i] = (int32_t)v->valuedouble;
         }

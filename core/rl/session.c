@@ -84,6 +84,33 @@ fp4rl_status fp4rl_rl_session_create(fp4rl_rl_session **out, fp4rl_context *ctx,
     return FP4RL_OK;
 }
 
+/* The one definition of each session parameter's bounds, for the setter and the checkpoint
+ * loader: NULL when v is allowed, else what is. */
+const char *fp4rl_rl_param_allowed(const fp4rl_rl_session *s, int p, double v)
+{
+    const int integral = v == floor(v);
+    const char *allowed = NULL;
+    switch ((fp4rl_rlparam)p) {
+    case FP4RL_RL_GROUP_SIZE: if (!(integral && v >= 2 && v <= 1024)) allowed = "an integer in 2 .. 1024"; break;
+    case FP4RL_RL_MAX_NEW_TOKENS: if (!(integral && v >= 1 && v <= 65536)) allowed = "an integer in 1 .. 65536"; break;
+    case FP4RL_RL_TEMPERATURE: if (!(v >= 0.01 && v <= 100)) allowed = "[0.01, 100]"; break;
+    case FP4RL_RL_TOP_K: if (!(integral && v >= 0 && v <= (double)s->model->cfg.vocab_size)) allowed = "0 (off) or an integer up to the vocabulary size"; break;
+    case FP4RL_RL_LR: if (!(v > 0 && v <= 1)) allowed = "(0, 1]"; break;
+    case FP4RL_RL_WEIGHT_DECAY: if (!(v >= 0 && v <= 1)) allowed = "[0, 1]"; break;
+    case FP4RL_RL_KL_COEF: if (!(v >= 0 && v <= 100)) allowed = "[0, 100]"; break;
+    case FP4RL_RL_CLIP_LOW: if (!(v >= 0 && v < 1)) allowed = "[0, 1)"; break;
+    case FP4RL_RL_TIS_CAP: if (!(v == 0 || (v >= 1 && isfinite(v)))) allowed = "0 (off) or >= 1"; break;
+    case FP4RL_RL_LOSS_AGG: case FP4RL_RL_ADV_NORM: case FP4RL_RL_ALLREDUCE_BF16: if (!(v == 0 || v == 1)) allowed = "0 or 1"; break;
+    case FP4RL_RL_MINIBATCHES: if (!(integral && v >= 1 && v <= 1e6)) allowed = "an integer >= 1"; break;
+    case FP4RL_RL_EPOCHS: if (!(integral && v >= 1 && v <= 100)) allowed = "an integer in 1 .. 100"; break;
+    case FP4RL_RL_SEED: if (!(integral && v >= 0 && v <= 9007199254740992.0)) allowed = "an integer in 0 .. 2^53"; break;
+    default: if (!(v >= 0 && isfinite(v))) allowed = ">= 0"; break; /* clip high, grad clip */
+    }
+    return allowed;
+}
+
+const char *fp4rl_rl_param_name(int p) { return p >= 0 && p < FP4RL_RL_PARAM_COUNT ? param_names[p] : "?"; }
+
 fp4rl_status fp4rl_rl_session_set(fp4rl_rl_session *s, fp4rl_rlparam p, double v)
 {
     const char *fn = "fp4rl_rl_session_set";
@@ -91,22 +118,7 @@ fp4rl_status fp4rl_rl_session_set(fp4rl_rl_session *s, fp4rl_rlparam p, double v
     if (st) return st;
     if ((int)p < 0 || (int)p >= FP4RL_RL_PARAM_COUNT)
         return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: unknown parameter %d (0 .. %d)", fn, (int)p, FP4RL_RL_PARAM_COUNT - 1);
-    const int integral = v == floor(v);
-    const char *allowed = NULL;
-    switch (p) {
-    case FP4RL_RL_GROUP_SIZE: if (!(integral && v >= 2 && v <= 1024)) allowed = "an integer in 2 .. 1024"; break;
-    case FP4RL_RL_MAX_NEW_TOKENS: if (!(integral && v >= 1 && v <= 65536)) allowed = "an integer in 1 .. 65536"; break;
-    case FP4RL_RL_TEMPERATURE: if (!(v > 0 && v <= 100)) allowed = "(0, 100]"; break;
-    case FP4RL_RL_TOP_K: if (!(integral && v >= 0 && v <= (double)s->model->cfg.vocab_size)) allowed = "0 (off) or an integer up to the vocabulary size"; break;
-    case FP4RL_RL_LR: if (!(v > 0 && isfinite(v))) allowed = "> 0"; break;
-    case FP4RL_RL_CLIP_LOW: if (!(v >= 0 && v < 1)) allowed = "[0, 1)"; break;
-    case FP4RL_RL_TIS_CAP: if (!(v == 0 || (v >= 1 && isfinite(v)))) allowed = "0 (off) or >= 1"; break;
-    case FP4RL_RL_LOSS_AGG: case FP4RL_RL_ADV_NORM: case FP4RL_RL_ALLREDUCE_BF16: if (!(v == 0 || v == 1)) allowed = "0 or 1"; break;
-    case FP4RL_RL_MINIBATCHES: if (!(integral && v >= 1 && v <= 1e6)) allowed = "an integer >= 1"; break;
-    case FP4RL_RL_EPOCHS: if (!(integral && v >= 1 && v <= 100)) allowed = "an integer in 1 .. 100"; break;
-    case FP4RL_RL_SEED: if (!(integral && v >= 0 && v <= 9007199254740992.0)) allowed = "an integer in 0 .. 2^53"; break;
-    default: if (!(v >= 0 && isfinite(v))) allowed = ">= 0"; break; /* weight decay, clip high, KL, grad clip */
-    }
+    const char *allowed = fp4rl_rl_param_allowed(s, (int)p, v);
     if (allowed) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %s = %g is out of range; allowed: %s", fn, param_names[p], v, allowed);
     s->hp[p] = v;
     return FP4RL_OK;

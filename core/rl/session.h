@@ -35,6 +35,9 @@ struct fp4rl_rl_session {
     char *metrics_path;
 };
 
+/* The bounds of session parameter p (core/rl/session.c): NULL when v is allowed, else the allowed range. */
+FP4RL_HIDDEN const char *fp4rl_rl_param_allowed(const fp4rl_rl_session *s, int p, double v);
+FP4RL_HIDDEN const char *fp4rl_rl_param_name(int p);
 /* core/rl/checkpoint.c */
 FP4RL_HIDDEN fp4rl_status fp4rl_session_save(const fp4rl_rl_session *s, const char *dir);
 FP4RL_HIDDEN fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir);
