@@ -782,6 +782,42 @@ START_TEST(test_checkpoint_bounds)
 }
 END_TEST
 
+static float *device_copy(fp4rl_model *m, const float *dev)
+{
+    float *h = malloc((size_t)m->total * sizeof(float));
+    ck_assert_int_eq(m->ctx->be->download(m->ctx, h, dev, (size_t)m->total * sizeof(float)), FP4RL_OK);
+    return h;
+}
+
+/* A non-finite gradient stops the update: weights, AdamW moments and the step stay bit-identical,
+ * and the error names the quantity. */
+START_TEST(test_nonfinite_update)
+{
+    fp4rl_model *m;
+    fp4rl_rl_session *s = new_session(&m, NULL, 4);
+    int32_t tok[2 * 43];
+    size_t off[3];
+    prompts_for(3, 2, tok, off);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, off, 2, sevens, NULL), FP4RL_OK); /* moments are non-zero */
+    float *w0 = device_copy(m, m->w), *m0 = device_copy(m, m->adam_m), *v0 = device_copy(m, m->adam_v);
+    const int64_t step0 = m->step;
+    float *g = calloc((size_t)m->total, sizeof(float));
+    g[m->total / 2] = INFINITY;
+    ck_assert_int_eq(m->ctx->be->upload(m->ctx, m->g, g, (size_t)m->total * sizeof(float)), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_model_update(m, 1e-3, 0, 1.0, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "gradient norm"));
+    float *w1 = device_copy(m, m->w), *m1 = device_copy(m, m->adam_m), *v1 = device_copy(m, m->adam_v);
+    const size_t bytes = (size_t)m->total * sizeof(float);
+    ck_assert_mem_eq(w0, w1, bytes);
+    ck_assert_mem_eq(m0, m1, bytes);
+    ck_assert_mem_eq(v0, v1, bytes);
+    ck_assert_int_eq(m->step, step0);
+    free(g); free(w0); free(m0); free(v0); free(w1); free(m1); free(v1);
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("session");
@@ -799,6 +835,7 @@ int main(void)
     tcase_add_test(tc, test_save_targets);
     tcase_add_test(tc, test_metrics_append_failure);
     tcase_add_test(tc, test_checkpoint_bounds);
+    tcase_add_test(tc, test_nonfinite_update);
     suite_add_tcase(su, tc);
     return fp4rl_check_run(su);
 }

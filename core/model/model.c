@@ -371,11 +371,14 @@ fp4rl_status fp4rl_model_update(fp4rl_model *m, double lr, double weight_decay, 
     fp4rl_context *ctx = m->ctx;
     float norm = 0;
     fp4rl_status st = m->ops->grad_norm(ctx, m->scalar + 1, m->g, m->total);
+    /* a non-finite gradient stops the update before anything changes */
+    if (!st) st = ctx->be->download(ctx, &norm, m->scalar + 1, sizeof norm);
+    if (!st && !isfinite(norm))
+        st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_model_update: the gradient norm is %g, not finite; the update was not applied (weights and optimizer state unchanged)", (double)norm);
     if (!st && clip > 0) st = m->ops->grad_clip(ctx, m->g, m->total, m->scalar + 1, (float)clip);
     if (!st)
         st = m->ops->adamw_update(ctx, m->w, m->g, m->adam_m, m->adam_v, m->total, lr, m->hp[FP4RL_MP_BETA1],
                                   m->hp[FP4RL_MP_BETA2], m->hp[FP4RL_MP_ADAM_EPS], weight_decay, m->step + 1);
-    if (!st) st = ctx->be->download(ctx, &norm, m->scalar + 1, sizeof norm);
     if (st) return st;
     m->step++;
     if (grad_norm) *grad_norm = norm;
@@ -389,6 +392,8 @@ fp4rl_status fp4rl_model_train_step(fp4rl_model *m, const int32_t *tokens, const
     fp4rl_status st = check_model(m, fn);
     double l = 0;
     if (!st) st = fp4rl_model_run(m, tokens, lengths, loss_mask, B, T, NULL, NULL, 1, &l, NULL, 1.0f, fn);
+    if (!st && !isfinite(l))
+        st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the loss is %g, not finite; the update was not applied", fn, l);
     if (!st) st = fp4rl_model_update(m, m->hp[FP4RL_MP_LR], m->hp[FP4RL_MP_WEIGHT_DECAY], m->hp[FP4RL_MP_GRAD_CLIP], grad_norm);
     if (!st && loss) *loss = l;
     return st;

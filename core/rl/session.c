@@ -541,6 +541,8 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
             const fp4rl_loss_hook hook = {pg_hook, &pc};
             double loss, gn = 0;
             st = fp4rl_model_run(m, tokens + pc.seq0 * T, lengths + pc.seq0, NULL, pc.nseq, T, NULL, NULL, 1, &loss, &hook, temp, fn);
+            if (!st && !isfinite(loss))
+                st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the policy loss of minibatch %lld is %g, not finite; its update was not applied", fn, (long long)b, loss);
             if ((st = fp4rl_dist_agree(ctx, st, entry))) {
                 stopped = 1;
                 break;
