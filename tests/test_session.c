@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -69,6 +71,13 @@ static void prompts_for(uint64_t seed, size_t n, int32_t *tok, size_t *off)
 {
     add_rng r = {seed};
     add_batch(&r, 9, n, tok, off);
+}
+
+static void rm_rf(const char *dir)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
 }
 
 static double metric(const fp4rl_rl_session *s, const char *name)
@@ -261,6 +270,12 @@ START_TEST(test_errors)
     ck_assert_int_eq(fp4rl_rl_session_step(s, tok, zero_len, 2, sevens, NULL), FP4RL_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "empty"));
     ck_assert_int_eq(fp4rl_rl_session_step(s, tok, bad0, 1, sevens, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    /* offsets that wrap or overflow are refused before any token is read (ASan: no overflow) */
+    const size_t wraps[][3] = {{0, SIZE_MAX, 2}, {0, ((size_t)1 << 63) + 5, 3}, {0, 3, SIZE_MAX - 1}, {0, SIZE_MAX - 10, 2}};
+    for (int k = 0; k < 4; k++) {
+        ck_assert_int_ne(fp4rl_rl_session_step(s, tok, wraps[k], 2, sevens, NULL), FP4RL_OK);
+        ck_assert_int_ne(fp4rl_rl_session_rollout(s, tok, wraps[k], 2), FP4RL_OK);
+    }
     int32_t longp[40] = {0};
     size_t loff[2] = {0, 30}; /* 30 + 4 new tokens > 32 positions */
     ck_assert_int_eq(fp4rl_rl_session_step(s, longp, loff, 1, sevens, NULL), FP4RL_ERR_SHAPE);
@@ -454,9 +469,7 @@ START_TEST(test_checkpoint_resume)
     ck_assert_int_eq(fp4rl_rl_session_load(s2, ck), FP4RL_ERR_CORRUPT);
     float *still = all_params(m2);
     ck_assert_mem_eq(got, still, (size_t)m->total * sizeof(float));
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    rm_rf(dir);
     free(want); free(got); free(still);
     fp4rl_rl_session_destroy(s2);
     fp4rl_model_destroy(m2);
@@ -530,11 +543,276 @@ START_TEST(test_checkpoint_before_allreduce_param)
     truncate_session_params(ck, 15);
     ck_assert_int_eq(fp4rl_rl_session_load(s2, ck), FP4RL_ERR_CORRUPT);
     ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "session_params"));
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    rm_rf(dir);
     fp4rl_rl_session_destroy(s2);
     fp4rl_model_destroy(m2);
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+}
+END_TEST
+
+/* ---- save targets (core/io/atomic_dir.c) ---- */
+static void put_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+static int file_is(const char *path, const char *text)
+{
+    char buf[256] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    return n == strlen(text) && memcmp(buf, text, n) == 0;
+}
+static int exists(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+/* A save to `target` is refused with an error naming it; `witness` still holds `text`. */
+static void save_refused(const fp4rl_rl_session *s, const char *target, const char *witness, const char *text)
+{
+    ck_assert_int_eq(fp4rl_rl_session_save(s, target), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), target));
+    ck_assert(file_is(witness, text));
+}
+/* Creates the directory of template `dir` (mkdtemp) and names `name` in it into out. */
+static void in_fresh_dir(char *dir, const char *name, char *out, size_t cap)
+{
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_lt(snprintf(out, cap, "%s/%s", dir, name), (int)cap);
+}
+/* A pid that is no longer alive: a child that exited and was reaped. */
+static long dead_pid(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    waitpid(pid, NULL, 0);
+    return (long)pid;
+}
+
+/* Saving replaces only a previous checkpoint; a regular file, a foreign directory and a symbolic
+ * link are refused and left byte-identical; a killed save's leftovers are cleaned by the next
+ * save or load, and a checkpoint a killed save left moved aside is put back. */
+START_TEST(test_save_targets)
+{
+    fp4rl_model *m;
+    fp4rl_rl_session *s = new_session(&m, NULL, 4);
+    char dir[] = "/tmp/fp4rl_tgt_XXXXXX", file[600], foreign[600], link_p[600], ck[600], inner[700], path[800], path2[800], path3[900];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(file, sizeof file, "%s/notes.txt", dir);
+    put_file(file, "the user's notes\n");
+    save_refused(s, file, file, "the user's notes\n");
+    snprintf(foreign, sizeof foreign, "%s/photos", dir);
+    mkdir(foreign, 0755);
+    snprintf(inner, sizeof inner, "%s/cat.jpg", foreign);
+    put_file(inner, "meow");
+    save_refused(s, foreign, inner, "meow");
+    snprintf(link_p, sizeof link_p, "%s/link", dir);
+    ck_assert_int_eq(symlink(foreign, link_p), 0);
+    save_refused(s, link_p, inner, "meow");
+    /* nothing was left next to them */
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "test $(ls -A %s | wc -l) -eq 3", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    /* an empty directory, then over a previous checkpoint */
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    mkdir(ck, 0755);
+    ck_assert_msg(fp4rl_rl_session_save(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert_msg(fp4rl_rl_session_save(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    snprintf(path, sizeof path, "%s/.fp4rl-checkpoint", ck);
+    ck_assert(exists(path));
+    snprintf(path, sizeof path, "%s/.fp4rl-staging", ck);
+    ck_assert(!exists(path));
+    /* a checkpoint written before the marker: recognised by its state.json, replaced */
+    snprintf(path, sizeof path, "%s/.fp4rl-checkpoint", ck);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_msg(fp4rl_rl_session_save(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert(exists(path));
+    /* a killed save's staging directory is removed; a look-alike without the in-progress file
+     * (not provably ours) and one of a live process stay */
+    const long dead = dead_pid();
+    char stale[700], lookalike[700], live[700];
+    snprintf(stale, sizeof stale, "%s/.ckpt.fp4rl-tmp.%ld.aaaa", dir, dead);
+    snprintf(lookalike, sizeof lookalike, "%s/.ckpt.fp4rl-tmp.%ld.bbbb", dir, dead);
+    snprintf(live, sizeof live, "%s/.ckpt.fp4rl-tmp.%ld.cccc", dir, (long)getppid());
+    mkdir(stale, 0755);
+    mkdir(lookalike, 0755);
+    mkdir(live, 0755);
+    snprintf(path, sizeof path, "%s/.fp4rl-staging", stale);
+    put_file(path, "pid\n");
+    snprintf(path, sizeof path, "%s/model.safetensors", stale);
+    put_file(path, "partial");
+    snprintf(path, sizeof path, "%s/.fp4rl-staging", live);
+    put_file(path, "pid\n");
+    ck_assert_msg(fp4rl_rl_session_save(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert(!exists(stale));
+    ck_assert(exists(lookalike));
+    ck_assert(exists(live));
+    /* killed between the two renames: the previous checkpoint is moved aside; load puts it back */
+    snprintf(path, sizeof path, "%s/.ckpt.fp4rl-old.%ld.dddd", dir, dead);
+    ck_assert_int_eq(rename(ck, path), 0);
+    snprintf(path2, sizeof path2, "%s/.ckpt.fp4rl-tmp.%ld.dddd", dir, dead);
+    mkdir(path2, 0755);
+    snprintf(path3, sizeof path3, "%s/.fp4rl-staging", path2);
+    put_file(path3, "pid\n");
+    ck_assert_msg(fp4rl_rl_session_load(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert(exists(ck));
+    ck_assert(!exists(path));
+    ck_assert(!exists(path2));
+    /* dir.old of a save of earlier versions is still read */
+    snprintf(path, sizeof path, "%s.old", ck);
+    ck_assert_int_eq(rename(ck, path), 0);
+    ck_assert_msg(fp4rl_rl_session_load(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    rm_rf(dir);
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+}
+END_TEST
+
+/* The end of a test: its directory, session, model and two weight copies go. */
+static void finish(const char *dir, fp4rl_rl_session *s, fp4rl_model *m, float *before, float *after)
+{
+    rm_rf(dir);
+    free(before);
+    free(after);
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+}
+
+/* A metrics append that fails after the update (the JSONL path became a directory): the step
+ * succeeds and reports the logging problem separately. */
+START_TEST(test_metrics_append_failure)
+{
+    fp4rl_model *m;
+    fp4rl_rl_session *s = new_session(&m, NULL, 4);
+    char dir[] = "/tmp/fp4rl_mx_XXXXXX", log[600];
+    in_fresh_dir(dir, "metrics.jsonl", log, sizeof log);
+    ck_assert_int_eq(fp4rl_rl_session_set_metrics_file(s, log), FP4RL_OK);
+    int32_t tok[2 * 43];
+    size_t off[3];
+    prompts_for(3, 2, tok, off);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, off, 2, sevens, NULL), FP4RL_OK);
+    ck_assert_double_eq(metric(s, "io/metrics_write_error"), 0);
+    ck_assert_int_eq(unlink(log), 0);
+    ck_assert_int_eq(mkdir(log, 0755), 0);
+    float *before = all_params(m);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, off, 2, sevens, NULL), FP4RL_OK);
+    ck_assert_double_eq(metric(s, "io/metrics_write_error"), 1);
+    float *after = all_params(m);
+    ck_assert(memcmp(before, after, (size_t)m->total * sizeof(float)) != 0); /* the update was applied */
+    int64_t steps;
+    fp4rl_rl_session_step_count(s, &steps);
+    ck_assert_int_eq(steps, 2);
+    finish(dir, s, m, before, after);
+}
+END_TEST
+
+/* Sets state.json's key (index >= 0: its array entry) to v in checkpoint `dir`; index -2 restores
+ * the saved copy. */
+static void edit_state(const char *dir, const char *key, int index, double v)
+{
+    char path[700], keep[700];
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    snprintf(keep, sizeof keep, "%s/state.keep", dir);
+    FILE *f = fopen(keep, "rb");
+    if (!f) { /* first edit: keep the original */
+        char cmd[1500];
+        snprintf(cmd, sizeof cmd, "cp %s %s", path, keep);
+        ck_assert_int_eq(system(cmd), 0);
+        f = fopen(keep, "rb");
+    }
+    char *text = calloc(1 << 16, 1);
+    const size_t len = fread(text, 1, (1 << 16) - 1, f);
+    fclose(f);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    cJSON *item = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (index >= 0) cJSON_ReplaceItemInArray(item, index, cJSON_CreateNumber(v));
+    else cJSON_ReplaceItemInObjectCaseSensitive(root, key, cJSON_CreateNumber(v));
+    char *out = cJSON_Print(root);
+    put_file(path, out);
+    cJSON_free(out);
+    cJSON_Delete(root);
+    free(text);
+}
+
+/* A checkpoint with any out-of-range field is refused with FP4RL_ERR_CORRUPT naming it, and the
+ * session is unchanged: the loader applies exactly the setters' bounds. */
+START_TEST(test_checkpoint_bounds)
+{
+    fp4rl_model *m;
+    fp4rl_rl_session *s = new_session(&m, NULL, 4);
+    char dir[] = "/tmp/fp4rl_bnd_XXXXXX", ck[600];
+    in_fresh_dir(dir, "ckpt", ck, sizeof ck);
+    ck_assert_msg(fp4rl_rl_session_save(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_LR, 0.25), FP4RL_OK);
+    float *before = all_params(m);
+    static const struct { const char *key; int index; double v; const char *name; } bad[] = {
+        {"session_params", FP4RL_RL_GROUP_SIZE, 0, "group_size"}, {"session_params", FP4RL_RL_GROUP_SIZE, 1, "group_size"},
+        {"session_params", FP4RL_RL_GROUP_SIZE, -4, "group_size"}, {"session_params", FP4RL_RL_GROUP_SIZE, 1e300, "group_size"},
+        {"session_params", FP4RL_RL_MAX_NEW_TOKENS, 0, "max_new_tokens"}, {"session_params", FP4RL_RL_MAX_NEW_TOKENS, 1e18, "max_new_tokens"},
+        {"session_params", FP4RL_RL_TEMPERATURE, 0, "temperature"}, {"session_params", FP4RL_RL_TEMPERATURE, -1, "temperature"},
+        {"session_params", FP4RL_RL_TEMPERATURE, 1e-40, "temperature"}, {"session_params", FP4RL_RL_TOP_K, 1e9, "top_k"},
+        {"session_params", FP4RL_RL_LR, 0, "lr"}, {"session_params", FP4RL_RL_LR, -1, "lr"}, {"session_params", FP4RL_RL_LR, 1e300, "lr"},
+        {"session_params", FP4RL_RL_WEIGHT_DECAY, 1e300, "weight_decay"}, {"session_params", FP4RL_RL_KL_COEF, 1e300, "kl_coef"},
+        {"session_params", FP4RL_RL_CLIP_LOW, 5, "clip_low"}, {"session_params", FP4RL_RL_TIS_CAP, 0.5, "tis_cap"},
+        {"session_params", FP4RL_RL_LOSS_AGG, 7, "loss_agg"}, {"session_params", FP4RL_RL_MINIBATCHES, 0, "minibatches"},
+        {"session_params", FP4RL_RL_EPOCHS, 0, "epochs"}, {"session_params", FP4RL_RL_EPOCHS, 1e9, "epochs"},
+        {"session_params", FP4RL_RL_GRAD_CLIP, -1, "grad_clip"}, {"session_params", FP4RL_RL_SEED, -1, "seed"},
+        {"session_params", FP4RL_RL_SEED, 1e300, "seed"}, {"session_params", FP4RL_RL_ALLREDUCE_BF16, 9, "allreduce_bf16"},
+        {"model_params", FP4RL_MP_BETA1, 1.5, "beta1"}, {"model_params", FP4RL_MP_ADAM_EPS, 0, "adam_eps"},
+        {"session_steps", -1, 1.5, "session_steps"}, {"session_steps", -1, 1e300, "session_steps"},
+        {"model_step", -1, 2.5, "model_step"}, {"stop_tokens", 0, 1.5, "stop_tokens"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        edit_state(ck, bad[k].key, bad[k].index, bad[k].v);
+        ck_assert_msg(fp4rl_rl_session_load(s, ck) == FP4RL_ERR_CORRUPT, "%s[%d] = %g accepted", bad[k].key, bad[k].index, bad[k].v);
+        ck_assert_msg(strstr(fp4rl_last_error(), bad[k].name), "%s", fp4rl_last_error());
+        double lr;
+        fp4rl_rl_session_get(s, FP4RL_RL_LR, &lr);
+        ck_assert_double_eq(lr, 0.25);
+    }
+    float *after = all_params(m);
+    ck_assert_mem_eq(before, after, (size_t)m->total * sizeof(float));
+    finish(dir, s, m, before, after);
+}
+END_TEST
+
+static float *device_copy(fp4rl_model *m, const float *dev)
+{
+    float *h = malloc((size_t)m->total * sizeof(float));
+    ck_assert_int_eq(m->ctx->be->download(m->ctx, h, dev, (size_t)m->total * sizeof(float)), FP4RL_OK);
+    return h;
+}
+
+/* A non-finite gradient stops the update: weights, AdamW moments and the step stay bit-identical,
+ * and the error names the quantity. */
+START_TEST(test_nonfinite_update)
+{
+    fp4rl_model *m;
+    fp4rl_rl_session *s = new_session(&m, NULL, 4);
+    int32_t tok[2 * 43];
+    size_t off[3];
+    prompts_for(3, 2, tok, off);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok, off, 2, sevens, NULL), FP4RL_OK); /* moments are non-zero */
+    float *w0 = device_copy(m, m->w), *m0 = device_copy(m, m->adam_m), *v0 = device_copy(m, m->adam_v);
+    const int64_t step0 = m->step;
+    float *g = calloc((size_t)m->total, sizeof(float));
+    g[m->total / 2] = INFINITY;
+    ck_assert_int_eq(m->ctx->be->upload(m->ctx, m->g, g, (size_t)m->total * sizeof(float)), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_model_update(m, 1e-3, 0, 1.0, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "gradient norm"));
+    float *w1 = device_copy(m, m->w), *m1 = device_copy(m, m->adam_m), *v1 = device_copy(m, m->adam_v);
+    const size_t bytes = (size_t)m->total * sizeof(float);
+    ck_assert_mem_eq(w0, w1, bytes);
+    ck_assert_mem_eq(m0, m1, bytes);
+    ck_assert_mem_eq(v0, v1, bytes);
+    ck_assert_int_eq(m->step, step0);
+    free(g); free(w0); free(m0); free(v0); free(w1); free(m1); free(v1);
     fp4rl_rl_session_destroy(s);
     fp4rl_model_destroy(m);
 }
@@ -554,6 +832,10 @@ int main(void)
     tcase_add_test(tc, test_rl_raises_reward);
     tcase_add_test(tc, test_checkpoint_resume);
     tcase_add_test(tc, test_checkpoint_before_allreduce_param);
+    tcase_add_test(tc, test_save_targets);
+    tcase_add_test(tc, test_metrics_append_failure);
+    tcase_add_test(tc, test_checkpoint_bounds);
+    tcase_add_test(tc, test_nonfinite_update);
     suite_add_tcase(su, tc);
     return fp4rl_check_run(su);
 }

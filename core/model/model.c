@@ -161,23 +161,30 @@ fp4rl_status fp4rl_model_set_policy(fp4rl_model *m, const fp4rl_quant_policy *po
     return FP4RL_OK;
 }
 
+static const char *const hp_names[FP4RL_MP_COUNT] = {"lr", "weight_decay", "beta1", "beta2", "adam_eps", "grad_clip"};
+const char *fp4rl_model_hparam_name(int p) { return p >= 0 && p < FP4RL_MP_COUNT ? hp_names[p] : "?"; }
+
+/* The one definition of the model hyper-parameters' bounds (setter and checkpoint loader). */
+const char *fp4rl_model_hparam_allowed(int p, double v)
+{
+    switch ((fp4rl_mparam)p) {
+    case FP4RL_MP_LR: return v > 0 && v <= 1 ? NULL : "(0, 1]";
+    case FP4RL_MP_WEIGHT_DECAY: return v >= 0 && v <= 1 ? NULL : "[0, 1]";
+    case FP4RL_MP_ADAM_EPS: return v > 0 && v <= 1 ? NULL : "(0, 1]";
+    case FP4RL_MP_BETA1: case FP4RL_MP_BETA2: return v >= 0 && v < 1 ? NULL : "[0, 1)";
+    default: return v >= 0 && isfinite(v) ? NULL : ">= 0"; /* grad_clip */
+    }
+}
+
 fp4rl_status fp4rl_model_set_hparam(fp4rl_model *m, fp4rl_mparam param, double v)
 {
     const char *fn = "fp4rl_model_set_hparam";
     fp4rl_status st = check_model(m, fn);
     if (st) return st;
-    static const char *const names[FP4RL_MP_COUNT] = {"lr", "weight_decay", "beta1", "beta2", "adam_eps", "grad_clip"};
     if ((int)param < 0 || (int)param >= FP4RL_MP_COUNT)
         return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: unknown parameter %d (0 .. %d)", fn, (int)param, FP4RL_MP_COUNT - 1);
-    int ok = isfinite(v);
-    switch (param) {
-    case FP4RL_MP_LR: case FP4RL_MP_ADAM_EPS: ok = ok && v > 0; break;
-    case FP4RL_MP_BETA1: case FP4RL_MP_BETA2: ok = ok && v >= 0 && v < 1; break;
-    default: ok = ok && v >= 0; break;
-    }
-    if (!ok)
-        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %s = %g is out of range (lr, adam_eps: > 0; beta1, beta2: [0, 1); weight_decay, grad_clip: >= 0)",
-                          fn, names[param], v);
+    const char *allowed = fp4rl_model_hparam_allowed((int)param, v);
+    if (allowed) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %s = %g is out of range; allowed: %s", fn, fp4rl_model_hparam_name((int)param), v, allowed);
     m->hp[param] = v;
     return FP4RL_OK;
 }
@@ -364,11 +371,14 @@ fp4rl_status fp4rl_model_update(fp4rl_model *m, double lr, double weight_decay, 
     fp4rl_context *ctx = m->ctx;
     float norm = 0;
     fp4rl_status st = m->ops->grad_norm(ctx, m->scalar + 1, m->g, m->total);
+    /* a non-finite gradient stops the update before anything changes */
+    if (!st) st = ctx->be->download(ctx, &norm, m->scalar + 1, sizeof norm);
+    if (!st && !isfinite(norm))
+        st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_model_update: the gradient norm is %g, not finite; the update was not applied (weights and optimizer state unchanged)", (double)norm);
     if (!st && clip > 0) st = m->ops->grad_clip(ctx, m->g, m->total, m->scalar + 1, (float)clip);
     if (!st)
         st = m->ops->adamw_update(ctx, m->w, m->g, m->adam_m, m->adam_v, m->total, lr, m->hp[FP4RL_MP_BETA1],
                                   m->hp[FP4RL_MP_BETA2], m->hp[FP4RL_MP_ADAM_EPS], weight_decay, m->step + 1);
-    if (!st) st = ctx->be->download(ctx, &norm, m->scalar + 1, sizeof norm);
     if (st) return st;
     m->step++;
     if (grad_norm) *grad_norm = norm;
@@ -382,6 +392,8 @@ fp4rl_status fp4rl_model_train_step(fp4rl_model *m, const int32_t *tokens, const
     fp4rl_status st = check_model(m, fn);
     double l = 0;
     if (!st) st = fp4rl_model_run(m, tokens, lengths, loss_mask, B, T, NULL, NULL, 1, &l, NULL, 1.0f, fn);
+    if (!st && !isfinite(l))
+        st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the loss is %g, not finite; the update was not applied", fn, l);
     if (!st) st = fp4rl_model_update(m, m->hp[FP4RL_MP_LR], m->hp[FP4RL_MP_WEIGHT_DECAY], m->hp[FP4RL_MP_GRAD_CLIP], grad_norm);
     if (!st && loss) *loss = l;
     return st;

@@ -60,6 +60,9 @@ FP4RL_HIDDEN void *fp4rl_arena_alloc(fp4rl_arena *a, int64_t n_elems, size_t ele
 FP4RL_HIDDEN float *fp4rl_arena_f32(fp4rl_arena *a, int64_t n);
 FP4RL_HIDDEN float *fp4rl_arena_zeros(fp4rl_arena *a, int64_t n);
 FP4RL_HIDDEN void fp4rl_arena_free(fp4rl_arena *a);
+/* The bounds of model hyper-parameter p: NULL when v is allowed, else the allowed range. */
+FP4RL_HIDDEN const char *fp4rl_model_hparam_allowed(int p, double v);
+FP4RL_HIDDEN const char *fp4rl_model_hparam_name(int p);
 
 /* How one GEMM operand is rounded: not at all, to BF16, or FP4/FP8 quantize-dequantize. */
 typedef enum { FP4RL_NUM_FP32, FP4RL_NUM_BF16, FP4RL_NUM_FP4 } fp4rl_num_mode;

@@ -3,48 +3,35 @@
  *   model.safetensors      master weights, HF names (loadable by HF transformers too)
  *   optimizer.safetensors  AdamW moments "adam_m", "adam_v" (and "ref_w", the KL reference)
  *   state.json             steps, random state, hyper-parameters, policy, stop tokens, config
- * Written atomically: everything goes into a fresh sibling directory, fsync'd, which is then
- * renamed into place (the old one moved aside first and removed last), so a crash at any point
- * leaves a complete checkpoint at `dir` or at `dir.old`, which fp4rl_rl_session_load also reads.
+ *   .fp4rl-checkpoint      the marker, written last (core/io/atomic_dir.c)
+ * Written atomically through core/io/atomic_dir.c, which replaces only a previous checkpoint: a
+ * directory holding the marker, or one written before the marker existed, recognised by its
+ * state.json's "format": "fp4rl-rl-checkpoint" (adopted: the marker is added before the save).
+ * A regular file, any other directory or a special file at `dir` is refused and left untouched.
+ * A crash at any point leaves a complete checkpoint at `dir` (or moved aside, which the next save
+ * or load puts back); `dir.old`, left by a crash of a save of earlier versions, is still read.
  * In a distributed context rank 0 writes (core/rl/session.c) and every rank reads; a load commits
  * only when it succeeded on every rank.
  */
-#define _GNU_SOURCE /* mkdtemp, fsync, nftw */
+#define _GNU_SOURCE /* fsync */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/atomic_dir.h"
 #include "io/safetensors.h"
 #include "rl/session.h"
 
 #define STATE_FORMAT "fp4rl-rl-checkpoint"
 #define STATE_VERSION 1
+#define MARKER ".fp4rl-checkpoint"
 #define SESSION_PARAMS_V1 16 /* session parameters of the first checkpoints (up to FP4RL_RL_SEED) */
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb; (void)flag; (void)ftw;
-    return remove(path);
-}
-static void rm_tree(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static fp4rl_status fsync_path(const char *path, const char *fn)
-{
-    int fd = open(path, O_RDONLY);
-    if (fd < 0 || fsync(fd) != 0) {
-        int e = errno;
-        if (fd >= 0) close(fd);
-        return fp4rl_fail(FP4RL_ERR_IO, "%s: fsync %s: %s", fn, path, strerror(e));
-    }
-    close(fd);
-    return FP4RL_OK;
-}
 
 static char *state_json(const fp4rl_rl_session *s)
 {
@@ -94,17 +81,34 @@ static fp4rl_status write_file_synced(const char *path, const char *text, const 
     return ok ? FP4RL_OK : fp4rl_fail(FP4RL_ERR_IO, "%s: writing %s: %s", fn, path, strerror(e));
 }
 
+/* A checkpoint written before the marker existed: a directory whose state.json says it is one. */
+static int legacy_checkpoint(const char *dir)
+{
+    char path[4200];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/" MARKER, dir);
+    if (lstat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || lstat(path, &sb) == 0) return 0;
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    uint8_t *text = NULL;
+    size_t len = 0;
+    if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || fp4rl_read_file(path, 1u << 24, &text, &len, "legacy") != FP4RL_OK) return 0;
+    cJSON *root = cJSON_ParseWithLength((const char *)text, len);
+    free(text);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const int ours = cJSON_IsString(fmt) && strcmp(fmt->valuestring, STATE_FORMAT) == 0;
+    cJSON_Delete(root);
+    return ours;
+}
+
 fp4rl_status fp4rl_session_save(const fp4rl_rl_session *s, const char *dir)
 {
     const char *fn = "fp4rl_rl_session_save";
     const fp4rl_model *m = s->model;
     fp4rl_context *ctx = s->ctx;
-    const size_t n = strlen(dir);
-    if (n == 0 || n > 3500) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: dir is empty or too long", fn);
-    char tmp[4096], old[4096], path[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", dir);
-    if (!mkdtemp(tmp)) return fp4rl_fail(FP4RL_ERR_IO, "%s: cannot create a directory next to %s: %s", fn, dir, strerror(errno));
-    fp4rl_status st;
+    char *tmp = NULL, path[4200];
+    fp4rl_status st = legacy_checkpoint(dir) ? fp4rl_dir_mark(dir, MARKER, fn) : FP4RL_OK;
+    if (!st) st = fp4rl_dir_stage(dir, MARKER, &tmp, fn);
+    if (st) return st;
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     st = fp4rl_model_save(m, path, FP4RL_DTYPE_F32);
     /* optimizer moments (and the KL reference), straight from the device */
@@ -129,32 +133,11 @@ fp4rl_status fp4rl_session_save(const fp4rl_rl_session *s, const char *dir)
         st = text ? write_file_synced(path, text, fn) : fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         free(text);
     }
-    if (!st) st = fsync_path(tmp, fn);
-    /* swap it into place */
-    snprintf(old, sizeof old, "%s.old", dir);
-    struct stat sb;
-    const int had = stat(dir, &sb) == 0;
-    if (!st && had) {
-        rm_tree(old);
-        if (rename(dir, old) != 0) st = fp4rl_fail(FP4RL_ERR_IO, "%s: cannot move the previous checkpoint %s aside: %s", fn, dir, strerror(errno));
-    }
-    if (!st && rename(tmp, dir) != 0) {
-        st = fp4rl_fail(FP4RL_ERR_IO, "%s: cannot rename %s to %s: %s", fn, tmp, dir, strerror(errno));
-        if (had) rename(old, dir); /* put the previous one back */
-    }
     if (st) {
-        rm_tree(tmp);
+        fp4rl_dir_abort(tmp);
         return st;
     }
-    /* the parent directory records the renames */
-    char parent[4096];
-    snprintf(parent, sizeof parent, "%s", dir);
-    char *slash = strrchr(parent, '/');
-    if (slash && slash != parent) *slash = 0;
-    else snprintf(parent, sizeof parent, "%s", slash ? "/" : ".");
-    fsync_path(parent, fn);
-    if (had) rm_tree(old);
-    return FP4RL_OK;
+    return fp4rl_dir_commit(tmp, dir, MARKER, fn);
 }
 
 /* ---- load ---- */
@@ -168,6 +151,12 @@ static fp4rl_status parse_u64(const cJSON *root, const char *key, uint64_t *out,
     if (errno || *end || v->valuestring[0] == '-') return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"%s\" is not a decimal u64", fn, file, key);
     *out = (uint64_t)x;
     return FP4RL_OK;
+}
+
+/* A step counter: an integral JSON number in 0 .. 2^53. */
+static int counter_ok(const cJSON *v)
+{
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 9007199254740992.0 && v->valuedouble == floor(v->valuedouble);
 }
 
 /* An array of min_n .. n numbers into out[0 ..); entries past its end keep their values (parameters
@@ -196,8 +185,12 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
     fp4rl_context *ctx = s->ctx;
     char base[4096], path[4200];
     struct stat sb;
+    /* a killed save's leftovers: rank 0 puts a checkpoint moved aside back and removes the rest;
+     * the other ranks wait for it (a collective) */
+    if (!fp4rl_dist_active(ctx) || ctx->rank == 0) fp4rl_dir_recover(dir, MARKER);
+    if (fp4rl_dist_active(ctx)) fp4rl_dist_agree(ctx, FP4RL_OK, fn);
     snprintf(base, sizeof base, "%s", dir);
-    if (stat(base, &sb) != 0) { /* a crash between the two renames of a save leaves dir.old */
+    if (stat(base, &sb) != 0) { /* a crash between the two renames of a save of earlier versions left dir.old */
         snprintf(base, sizeof base, "%s.old", dir);
         if (stat(base, &sb) != 0) return fp4rl_dist_agree(ctx, fp4rl_fail(FP4RL_ERR_IO, "%s: no checkpoint at %s", fn, dir), fn);
     }
@@ -215,8 +208,9 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, STATE_FORMAT) != 0 || !cJSON_IsNumber(ver) || ver->valuedouble != STATE_VERSION)
         st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s is not an fp4rl RL checkpoint of version %d", fn, path, STATE_VERSION);
     const cJSON *js = cJSON_GetObjectItemCaseSensitive(root, "session_steps"), *jm = cJSON_GetObjectItemCaseSensitive(root, "model_step");
-    if (!st && (!cJSON_IsNumber(js) || !cJSON_IsNumber(jm) || js->valuedouble < 0 || jm->valuedouble < 0))
-        st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: session_steps / model_step missing or negative", fn, path);
+    if (!st && (!counter_ok(js) || !counter_ok(jm)))
+        st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"%s\" is missing or not an integer in 0 .. 2^53", fn, path,
+                        counter_ok(js) ? "model_step" : "session_steps");
     if (!st) { steps = js->valuedouble; mstep = jm->valuedouble; }
     if (!st) st = parse_u64(root, "context_seed", &seed, fn, path);
     if (!st) st = parse_u64(root, "context_rng_offset", &off, fn, path);
@@ -227,6 +221,20 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
     if (!st) st = number_array(root, "session_params", hp, SESSION_PARAMS_V1, FP4RL_RL_PARAM_COUNT, fn, path);
     if (!st) st = number_array(root, "model_params", mh, FP4RL_MP_COUNT, FP4RL_MP_COUNT, fn, path);
     if (!st) st = number_array(root, "policy", pol, FP4RL_QP_COUNT, FP4RL_QP_COUNT, fn, path);
+    /* exactly the setters' bounds (one definition each) */
+    for (int i = 0; !st && i < FP4RL_RL_PARAM_COUNT; i++) {
+        const char *allowed = fp4rl_rl_param_allowed(s, i, hp[i]);
+        if (allowed) st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: session_params[%d] (%s) = %g is out of range; allowed: %s", fn, path, i,
+                                     fp4rl_rl_param_name(i), hp[i], allowed);
+    }
+    for (int i = 0; !st && i < FP4RL_MP_COUNT; i++) {
+        const char *allowed = fp4rl_model_hparam_allowed(i, mh[i]);
+        if (allowed) st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: model_params[%d] (%s) = %g is out of range; allowed: %s", fn, path, i,
+                                     fp4rl_model_hparam_name(i), mh[i], allowed);
+    }
+    for (int i = 0; !st && i < FP4RL_QP_COUNT; i++)
+        if (!(pol[i] == floor(pol[i]) && fabs(pol[i]) <= 9007199254740992.0))
+            st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: policy[%d] = %g is not an integer", fn, path, i, pol[i]);
     /* the checkpoint must be of this model's shape */
     if (!st) {
         const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
@@ -253,12 +261,13 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
     }
     const cJSON *js_stop = cJSON_GetObjectItemCaseSensitive(root, "stop_tokens");
     if (!st && !cJSON_IsArray(js_stop)) st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: stop_tokens is not an array", fn, path);
+    if (!st && cJSON_GetArraySize(js_stop) > 1024) st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: more than 1024 stop_tokens", fn, path);
     if (!st && (n_stop = (size_t)cJSON_GetArraySize(js_stop)) > 0) {
         stop = malloc(n_stop * sizeof *stop);
         if (!stop) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         for (size_t i = 0; !st && i < n_stop; i++) {
             const cJSON *v = cJSON_GetArrayItem(js_stop, (int)i);
-            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= (double)m->cfg.vocab_size)
+            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= (double)m->cfg.vocab_size || v->valuedouble != floor(v->valuedouble))
                 st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: stop_tokens[%zu] is not a token id", fn, path, i);
             else stop[i] = (int32_t)v->valuedouble;
         }

@@ -20,6 +20,7 @@ static const char *const metric_names[M_COUNT] = {
     "mismatch/logp_abs_diff_max", "mismatch/k3_kl", "entropy", "response_length/mean", "response_length/max",
     "response_length/clipped_frac", "grad_norm", "lr", "quant/act_zero_frac", "perf/rollout_tokens_per_s",
     "perf/train_tokens_per_s", "time/rollout_s", "time/train_s", "time/step_s", "kl/k3",
+    "io/metrics_write_error",
 };
 
 static const char *const param_names[FP4RL_RL_PARAM_COUNT] = {
@@ -83,6 +84,33 @@ fp4rl_status fp4rl_rl_session_create(fp4rl_rl_session **out, fp4rl_context *ctx,
     return FP4RL_OK;
 }
 
+/* The one definition of each session parameter's bounds, for the setter and the checkpoint
+ * loader: NULL when v is allowed, else what is. */
+const char *fp4rl_rl_param_allowed(const fp4rl_rl_session *s, int p, double v)
+{
+    const int integral = v == floor(v);
+    const char *allowed = NULL;
+    switch ((fp4rl_rlparam)p) {
+    case FP4RL_RL_GROUP_SIZE: if (!(integral && v >= 2 && v <= 1024)) allowed = "an integer in 2 .. 1024"; break;
+    case FP4RL_RL_MAX_NEW_TOKENS: if (!(integral && v >= 1 && v <= 65536)) allowed = "an integer in 1 .. 65536"; break;
+    case FP4RL_RL_TEMPERATURE: if (!(v >= 0.01 && v <= 100)) allowed = "[0.01, 100]"; break;
+    case FP4RL_RL_TOP_K: if (!(integral && v >= 0 && v <= (double)s->model->cfg.vocab_size)) allowed = "0 (off) or an integer up to the vocabulary size"; break;
+    case FP4RL_RL_LR: if (!(v > 0 && v <= 1)) allowed = "(0, 1]"; break;
+    case FP4RL_RL_WEIGHT_DECAY: if (!(v >= 0 && v <= 1)) allowed = "[0, 1]"; break;
+    case FP4RL_RL_KL_COEF: if (!(v >= 0 && v <= 100)) allowed = "[0, 100]"; break;
+    case FP4RL_RL_CLIP_LOW: if (!(v >= 0 && v < 1)) allowed = "[0, 1)"; break;
+    case FP4RL_RL_TIS_CAP: if (!(v == 0 || (v >= 1 && isfinite(v)))) allowed = "0 (off) or >= 1"; break;
+    case FP4RL_RL_LOSS_AGG: case FP4RL_RL_ADV_NORM: case FP4RL_RL_ALLREDUCE_BF16: if (!(v == 0 || v == 1)) allowed = "0 or 1"; break;
+    case FP4RL_RL_MINIBATCHES: if (!(integral && v >= 1 && v <= 1e6)) allowed = "an integer >= 1"; break;
+    case FP4RL_RL_EPOCHS: if (!(integral && v >= 1 && v <= 100)) allowed = "an integer in 1 .. 100"; break;
+    case FP4RL_RL_SEED: if (!(integral && v >= 0 && v <= 9007199254740992.0)) allowed = "an integer in 0 .. 2^53"; break;
+    default: if (!(v >= 0 && isfinite(v))) allowed = ">= 0"; break; /* clip high, grad clip */
+    }
+    return allowed;
+}
+
+const char *fp4rl_rl_param_name(int p) { return p >= 0 && p < FP4RL_RL_PARAM_COUNT ? param_names[p] : "?"; }
+
 fp4rl_status fp4rl_rl_session_set(fp4rl_rl_session *s, fp4rl_rlparam p, double v)
 {
     const char *fn = "fp4rl_rl_session_set";
@@ -90,22 +118,7 @@ fp4rl_status fp4rl_rl_session_set(fp4rl_rl_session *s, fp4rl_rlparam p, double v
     if (st) return st;
     if ((int)p < 0 || (int)p >= FP4RL_RL_PARAM_COUNT)
         return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: unknown parameter %d (0 .. %d)", fn, (int)p, FP4RL_RL_PARAM_COUNT - 1);
-    const int integral = v == floor(v);
-    const char *allowed = NULL;
-    switch (p) {
-    case FP4RL_RL_GROUP_SIZE: if (!(integral && v >= 2 && v <= 1024)) allowed = "an integer in 2 .. 1024"; break;
-    case FP4RL_RL_MAX_NEW_TOKENS: if (!(integral && v >= 1 && v <= 65536)) allowed = "an integer in 1 .. 65536"; break;
-    case FP4RL_RL_TEMPERATURE: if (!(v > 0 && v <= 100)) allowed = "(0, 100]"; break;
-    case FP4RL_RL_TOP_K: if (!(integral && v >= 0 && v <= (double)s->model->cfg.vocab_size)) allowed = "0 (off) or an integer up to the vocabulary size"; break;
-    case FP4RL_RL_LR: if (!(v > 0 && isfinite(v))) allowed = "> 0"; break;
-    case FP4RL_RL_CLIP_LOW: if (!(v >= 0 && v < 1)) allowed = "[0, 1)"; break;
-    case FP4RL_RL_TIS_CAP: if (!(v == 0 || (v >= 1 && isfinite(v)))) allowed = "0 (off) or >= 1"; break;
-    case FP4RL_RL_LOSS_AGG: case FP4RL_RL_ADV_NORM: case FP4RL_RL_ALLREDUCE_BF16: if (!(v == 0 || v == 1)) allowed = "0 or 1"; break;
-    case FP4RL_RL_MINIBATCHES: if (!(integral && v >= 1 && v <= 1e6)) allowed = "an integer >= 1"; break;
-    case FP4RL_RL_EPOCHS: if (!(integral && v >= 1 && v <= 100)) allowed = "an integer in 1 .. 100"; break;
-    case FP4RL_RL_SEED: if (!(integral && v >= 0 && v <= 9007199254740992.0)) allowed = "an integer in 0 .. 2^53"; break;
-    default: if (!(v >= 0 && isfinite(v))) allowed = ">= 0"; break; /* weight decay, clip high, KL, grad clip */
-    }
+    const char *allowed = fp4rl_rl_param_allowed(s, (int)p, v);
     if (allowed) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %s = %g is out of range; allowed: %s", fn, param_names[p], v, allowed);
     s->hp[p] = v;
     return FP4RL_OK;
@@ -150,20 +163,23 @@ static fp4rl_status check_prompts(const fp4rl_rl_session *s, const int32_t *prom
     if (n_prompts == 0) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: n_prompts is 0; a step needs at least one prompt", fn);
     if (n_prompts > 1000000) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %zu prompts is too many", fn, n_prompts);
     if (offsets[0] != 0) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: prompt_offsets[0] is %zu; it must be 0", fn, offsets[0]);
+    /* every offset is checked before any token is read: offsets must rise, and each prompt fit the
+     * context (so the lengths and their sum can neither wrap nor overflow) */
     const int64_t ctx_len = s->model->cfg.max_position_embeddings, max_new = (int64_t)s->hp[FP4RL_RL_MAX_NEW_TOKENS];
     for (size_t p = 0; p < n_prompts; p++) {
         if (offsets[p + 1] <= offsets[p])
-            return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: prompt %zu is empty (prompt_offsets[%zu] = %zu, [%zu] = %zu); every prompt needs a token",
+            return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: prompt %zu is empty or its offsets fall (prompt_offsets[%zu] = %zu, [%zu] = %zu); offsets must rise, every prompt needs a token",
                               fn, p, p, offsets[p], p + 1, offsets[p + 1]);
         const size_t len = offsets[p + 1] - offsets[p];
-        if ((int64_t)len + max_new > ctx_len)
+        if (len > (size_t)ctx_len || (int64_t)len + max_new > ctx_len)
             return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: prompt %zu has %zu tokens; with max_new_tokens %lld it exceeds the model's context of %lld",
                               fn, p, len, (long long)max_new, (long long)ctx_len);
+    }
+    for (size_t p = 0; p < n_prompts; p++)
         for (size_t i = offsets[p]; i < offsets[p + 1]; i++)
             if (prompts[i] < 0 || prompts[i] >= s->model->cfg.vocab_size)
                 return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: prompt %zu token %zu is %d, outside the vocabulary [0, %lld)",
                                   fn, p, i - offsets[p], prompts[i], (long long)s->model->cfg.vocab_size);
-    }
     return FP4RL_OK;
 }
 
@@ -525,6 +541,8 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
             const fp4rl_loss_hook hook = {pg_hook, &pc};
             double loss, gn = 0;
             st = fp4rl_model_run(m, tokens + pc.seq0 * T, lengths + pc.seq0, NULL, pc.nseq, T, NULL, NULL, 1, &loss, &hook, temp, fn);
+            if (!st && !isfinite(loss))
+                st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the policy loss of minibatch %lld is %g, not finite; its update was not applied", fn, (long long)b, loss);
             if ((st = fp4rl_dist_agree(ctx, st, entry))) {
                 stopped = 1;
                 break;
@@ -547,7 +565,10 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
         set_metrics(s, sum, mx, gn_sum, updates, dist);
         s->steps++;
         clear_rollout(s);
-        st = append_metrics_line(s);
+        /* the update is applied: a failing metrics append does not fail the step; it is
+         * reported by the metric "io/metrics_write_error" (1) and fp4rl_last_error() */
+        s->metrics[M_METRICS_WRITE_ERROR] = 0;
+        s->metrics[M_METRICS_WRITE_ERROR] = append_metrics_line(s) != FP4RL_OK;
     }
     free(adv);
     free(tokens);
@@ -682,7 +703,7 @@ static fp4rl_status append_metrics_line(const fp4rl_rl_session *s)
     int ok = f && fprintf(f, "%s\n", line) > 0;
     if (f && fclose(f) != 0) ok = 0;
     free(line);
-    return ok ? FP4RL_OK : fp4rl_fail(FP4RL_ERR_IO, "fp4rl_rl_session_step: the step completed, but appending its metrics to %s failed", s->metrics_path);
+    return ok ? FP4RL_OK : fp4rl_fail(FP4RL_ERR_IO, "fp4rl_rl_session_step: the step completed, but appending its metrics to %s failed (metric io/metrics_write_error = 1)", s->metrics_path);
 }
 
 fp4rl_status fp4rl_rl_session_save(const fp4rl_rl_session *s, const char *dir)

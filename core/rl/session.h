@@ -9,7 +9,7 @@ enum {
     M_REWARD_MEAN, M_REWARD_STD, M_REWARD_MAX, M_REWARD_MIN, M_ADV_ZERO_STD_FRAC, M_PG_LOSS, M_PG_CLIPFRAC_LOW,
     M_PG_CLIPFRAC_HIGH, M_TIS_MEAN, M_TIS_MAX, M_TIS_CAPPED_FRAC, M_MISMATCH_MEAN, M_MISMATCH_MAX, M_MISMATCH_K3,
     M_ENTROPY, M_RESP_LEN_MEAN, M_RESP_LEN_MAX, M_RESP_LEN_CLIPPED, M_GRAD_NORM, M_LR, M_ACT_ZERO_FRAC,
-    M_ROLLOUT_TPS, M_TRAIN_TPS, M_TIME_ROLLOUT, M_TIME_TRAIN, M_TIME_STEP, M_KL, M_COUNT
+    M_ROLLOUT_TPS, M_TRAIN_TPS, M_TIME_ROLLOUT, M_TIME_TRAIN, M_TIME_STEP, M_KL, M_METRICS_WRITE_ERROR, M_COUNT
 };
 
 struct fp4rl_rl_session {
@@ -35,6 +35,9 @@ struct fp4rl_rl_session {
     char *metrics_path;
 };
 
+/* The bounds of session parameter p (core/rl/session.c): NULL when v is allowed, else the allowed range. */
+FP4RL_HIDDEN const char *fp4rl_rl_param_allowed(const fp4rl_rl_session *s, int p, double v);
+FP4RL_HIDDEN const char *fp4rl_rl_param_name(int p);
 /* core/rl/checkpoint.c */
 FP4RL_HIDDEN fp4rl_status fp4rl_session_save(const fp4rl_rl_session *s, const char *dir);
 FP4RL_HIDDEN fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir);

@@ -371,11 +371,11 @@ FP4RL_API fp4rl_status fp4rl_model_set_policy(fp4rl_model *m, const fp4rl_quant_
 
 /* Optimizer and training hyper-parameters, with their defaults. */
 typedef enum fp4rl_mparam {
-    FP4RL_MP_LR = 0,             /* AdamW learning rate, > 0; default 1e-4 */
-    FP4RL_MP_WEIGHT_DECAY = 1,   /* decoupled weight decay, >= 0; default 0 */
+    FP4RL_MP_LR = 0,             /* AdamW learning rate, (0, 1]; default 1e-4 */
+    FP4RL_MP_WEIGHT_DECAY = 1,   /* decoupled weight decay, [0, 1]; default 0 */
     FP4RL_MP_BETA1 = 2,          /* [0, 1); default 0.9 */
     FP4RL_MP_BETA2 = 3,          /* [0, 1); default 0.999 */
-    FP4RL_MP_ADAM_EPS = 4,       /* > 0; default 1e-8 */
+    FP4RL_MP_ADAM_EPS = 4,       /* (0, 1]; default 1e-8 */
     FP4RL_MP_GRAD_CLIP = 5       /* clip the global gradient norm to this; 0 = off (default) */
 } fp4rl_mparam;
 #define FP4RL_MP_COUNT 6
@@ -461,14 +461,14 @@ typedef int (*fp4rl_reward_fn)(void *user, size_t prompt_index, const int32_t *p
 typedef enum fp4rl_rlparam {
     FP4RL_RL_GROUP_SIZE = 0,      /* completions per prompt, 2..1024 [8] */
     FP4RL_RL_MAX_NEW_TOKENS = 1,  /* 1..65536 [64] */
-    FP4RL_RL_TEMPERATURE = 2,     /* (0, 100] [1.0]; the trainer divides its logits by it too */
+    FP4RL_RL_TEMPERATURE = 2,     /* [0.01, 100] [1.0] (below 0.01 the logits overflow); the trainer divides its logits by it too */
     FP4RL_RL_TOP_K = 3,           /* 0 = off, else 1..vocab [0] */
-    FP4RL_RL_LR = 4,              /* AdamW learning rate, > 0 [1e-6] */
-    FP4RL_RL_WEIGHT_DECAY = 5,    /* >= 0 [0] */
+    FP4RL_RL_LR = 4,              /* AdamW learning rate, (0, 1] [1e-6] */
+    FP4RL_RL_WEIGHT_DECAY = 5,    /* decoupled, [0, 1] [0] (lr * decay <= 1) */
     FP4RL_RL_CLIP_LOW = 6,        /* eps_low, [0, 1) [0.2] */
     FP4RL_RL_CLIP_HIGH = 7,       /* eps_high, >= 0 [0.2] */
     FP4RL_RL_TIS_CAP = 8,         /* C of truncated importance sampling, 0 = TIS off, else >= 1 [5] */
-    FP4RL_RL_KL_COEF = 9,         /* beta of the k3 KL to the weights at the first step, >= 0 [0] */
+    FP4RL_RL_KL_COEF = 9,         /* beta of the k3 KL to the weights at the first step, [0, 100] [0] */
     FP4RL_RL_LOSS_AGG = 10,       /* 0 = mean over a completion's tokens, then over completions [0];
                                      1 = mean over all tokens */
     FP4RL_RL_ADV_NORM = 11,       /* 1 = divide by the group's std (GRPO) [1]; 0 = Dr. GRPO */
@@ -524,14 +524,22 @@ FP4RL_API const char *fp4rl_rl_session_metric_name(size_t i);
  * (NUL-terminated); *needed gets the size it needs. FP4RL_ERR_SHAPE when buf_size is too small. */
 FP4RL_API fp4rl_status fp4rl_rl_session_metrics_json(const fp4rl_rl_session *s, char *buf, size_t buf_size, size_t *needed);
 /* Appends each step's metrics JSON as a line to this file (NULL stops). Every rank of a distributed
- * context that sets a file writes to it: set one on rank 0 only, or one per rank. */
+ * context that sets a file writes to it: set one on rank 0 only, or one per rank. A failing append
+ * (the file became a directory, the disk is full) never fails the step, whose update is applied:
+ * the step returns FP4RL_OK, its metric "io/metrics_write_error" is 1 (else 0) and
+ * fp4rl_last_error() says what failed. */
 FP4RL_API fp4rl_status fp4rl_rl_session_set_metrics_file(fp4rl_rl_session *s, const char *jsonl_path);
 /* The number of completed steps. */
 FP4RL_API fp4rl_status fp4rl_rl_session_step_count(const fp4rl_rl_session *s, int64_t *steps);
 
 /* Saves the full state (master weights, optimizer moments, step, random state, policy,
  * hyper-parameters, stop tokens, config) to directory `dir`, atomically: it is written as a new
- * directory and renamed into place, so a crash never destroys the previous checkpoint. In a
+ * directory and renamed into place, so a crash never destroys the previous checkpoint. `dir` must
+ * be absent, an empty directory or a previous checkpoint (holding the marker file
+ * ".fp4rl-checkpoint", or written before it existed: a state.json of "format":
+ * "fp4rl-rl-checkpoint"); a regular file, a symbolic link, any other directory or a special file
+ * is refused with FP4RL_ERR_INVALID_ARGUMENT naming the path and left untouched. The leftovers of
+ * a killed save are removed by the next save or load of `dir` when provably its own. In a
  * distributed context only rank 0 writes; every rank must call it (with the same dir), and every
  * rank returns rank 0's status. */
 FP4RL_API fp4rl_status fp4rl_rl_session_save(const fp4rl_rl_session *s, const char *dir);
