@@ -383,7 +383,8 @@ FP4RL_API fp4rl_status fp4rl_model_from_pretrained(fp4rl_model **out, fp4rl_cont
  * model.safetensors.index.json. Atomic as a whole: the directory is written under a temporary
  * name and renamed into place, so it appears complete or not at all. `dir` must be absent, an
  * empty directory or a directory an earlier save_pretrained wrote (marker file
- * .fp4rl-pretrained); anything else is refused (FP4RL_ERR_IO naming it) and left untouched. */
+ * .fp4rl-pretrained); anything else is refused (FP4RL_ERR_INVALID_ARGUMENT naming it) and left
+ * untouched. */
 FP4RL_API fp4rl_status fp4rl_model_save_pretrained(const fp4rl_model *m, const char *dir, fp4rl_dtype dtype,
                                                    size_t max_shard_bytes);
 /* Replaces the model's policy with a copy of `policy`. */
