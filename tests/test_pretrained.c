@@ -357,7 +357,10 @@ START_TEST(test_corrupt_shards)
     char good[1024], idx[1100];
     snprintf(good, sizeof good, "%s/good", tmp);
     OK(fp4rl_model_save_pretrained(m, good, FP4RL_DTYPE_F32, 40000));
-    OK(fp4rl_model_create(&x, ctx, read_all(path_in(gqa(), "config.json"), &(size_t){0}), NULL, 7));
+    size_t cfg_len;
+    char *cfg = read_all(path_in(gqa(), "config.json"), &cfg_len);
+    OK(fp4rl_model_create(&x, ctx, cfg, NULL, 7));
+    free(cfg);
     int64_t n;
     float *w0 = weights(x, &n);
     const char *S1 = "model-00001-of-", *IDX = "model.safetensors.index.json";
