@@ -152,7 +152,9 @@ START_TEST(test_minimal_and_defaults)
     EXPECT(parse_str(&c, cfg_with("architectures", "[]")), FP4RL_OK);
     EXPECT(parse_str(&c, cfg_with("hidden_size", "64.0")), FP4RL_OK); /* integral, though spelled as a float */
     ck_assert_int_eq(c.hidden_size, 64);
-    EXPECT(parse_str(&c, cfg_with("unknown_field", "{\"nested\": [1, 2, {\"x\": null}]}")), FP4RL_OK);
+    /* metadata that cannot change the math is accepted */
+    EXPECT(parse_str(&c, cfg_with("dtype", "\"bfloat16\"")), FP4RL_OK);
+    EXPECT(parse_str(&c, cfg_with("pad_token_id", "null")), FP4RL_OK);
     /* the upper bounds themselves are accepted */
     char big[32];
     snprintf(big, sizeof big, "%d", FP4RL_HF_MAX_VOCAB);
@@ -232,6 +234,44 @@ START_TEST(test_shape_rules)
     expect_fail(cfg_with("eos_token_id", "[1, 300]"), FP4RL_ERR_CORRUPT, "eos_token_id");
     expect_fail(cfg_with("eos_token_id", "[1,2,3,4,5,6,7,8,9]"), FP4RL_ERR_UNSUPPORTED, "eos_token_id");
     expect_fail(cfg_with("eos_token_id", "\"x\""), FP4RL_ERR_CORRUPT, "eos_token_id");
+}
+END_TEST
+
+/* transformers 5 spells the RoPE base inside "rope_parameters"; everything not on the allow-list
+ * is refused by name instead of being silently ignored. */
+START_TEST(test_rope_parameters_and_allow_list)
+{
+    fp4rl_hf_config c;
+    EXPECT(parse_str(&c, cfg_with("rope_parameters", "{\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}")), FP4RL_OK);
+    ck_assert(c.rope_theta == 1000000.0);
+    EXPECT(parse_str(&c, cfg_with("rope_parameters", "{\"rope_type\": \"default\"}")), FP4RL_OK);
+    ck_assert(c.rope_theta == 10000.0);
+    EXPECT(parse_str(&c, cfg_with("rope_parameters", "null")), FP4RL_OK);
+    expect_fail(cfg_with("rope_parameters", "{\"rope_theta\": 1000000.0, \"rope_type\": \"yarn\", \"factor\": 4.0}"),
+                FP4RL_ERR_UNSUPPORTED, "rope_parameters");
+    expect_fail(cfg_with("rope_parameters", "{\"rope_theta\": 1000000.0, \"rope_type\": \"yarn\"}"), FP4RL_ERR_UNSUPPORTED, "yarn");
+    expect_fail(cfg_with("rope_parameters", "{\"rope_theta\": 1e6, \"partial_rotary_factor\": 0.5}"), FP4RL_ERR_UNSUPPORTED,
+                "partial_rotary_factor");
+    expect_fail(cfg_with("rope_parameters", "{\"rope_theta\": \"1e6\"}"), FP4RL_ERR_CORRUPT, "rope_theta");
+    expect_fail(cfg_with("rope_parameters", "{\"rope_theta\": -1}"), FP4RL_ERR_CORRUPT, "rope_theta");
+    expect_fail(cfg_with("rope_parameters", "[1]"), FP4RL_ERR_CORRUPT, "rope_parameters");
+    /* both spellings: they must agree */
+    char *two = cfg_with("rope_parameters", "{\"rope_theta\": 500000.0}");
+    char *p = strstr(two, "\"rope_parameters\"");
+    ck_assert_ptr_nonnull(p);
+    size_t n = strlen(two);
+    char *both = malloc(n + 64), *both2 = malloc(n + 64);
+    snprintf(both, n + 64, "%.*s\"rope_theta\": 500000.0, %s", (int)(p - two), two, p);
+    snprintf(both2, n + 64, "%.*s\"rope_theta\": 10000.0, %s", (int)(p - two), two, p);
+    EXPECT(parse_str(&c, both), FP4RL_OK);
+    ck_assert(c.rope_theta == 500000.0);
+    expect_fail(both2, FP4RL_ERR_CORRUPT, "disagree");
+    free(both);
+    free(both2);
+    /* unknown fields, enabled sliding windows, quantized checkpoints: refused by name */
+    expect_fail(cfg_with("unknown_field", "{\"nested\": [1, 2, {\"x\": null}]}"), FP4RL_ERR_UNSUPPORTED, "unknown_field");
+    expect_fail(cfg_with("quantization_config", "{\"quant_method\": \"gptq\"}"), FP4RL_ERR_UNSUPPORTED, "quantization_config");
+    expect_fail(cfg_with("use_sliding_window", "true"), FP4RL_ERR_UNSUPPORTED, "use_sliding_window");
 }
 END_TEST
 
@@ -408,6 +448,7 @@ int main(void)
     tcase_add_test(tc, test_bad_integers);
     tcase_add_test(tc, test_shape_rules);
     tcase_add_test(tc, test_other_models_and_features);
+    tcase_add_test(tc, test_rope_parameters_and_allow_list);
     tcase_add_test(tc, test_malformed_text);
     tcase_add_test(tc, test_roundtrip);
     tcase_add_test(tc, test_load);

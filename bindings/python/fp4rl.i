@@ -254,6 +254,15 @@ FP4RLPY_INBUF(int32_t, ids, size_t, n, FP4RLPY_INT, 4, 0)
 FP4RLPY_INBUF(double, rewards, size_t, n, FP4RLPY_FLOAT, 8, 0)
 FP4RLPY_INBUF(void, id_bytes, size_t, n_bytes, FP4RLPY_ANY, 1, 1)
 
+/* fp4rl_rl_session_get_stop_tokens(s, ids, cap, n): ids a writable int32 buffer or None (cap 0). */
+%typemap(in, numinputs=1) (int32_t *ids, size_t cap) (fp4rlpy_buf buf = fp4rlpy_no_buf) {
+    if (fp4rlpy_get_buf($input, &buf, 1, FP4RLPY_INT, 4, 1, "$symname", "ids") < 0) SWIG_fail;
+    $1 = ($1_ltype)buf.ptr;
+    $2 = buf.ptr ? (size_t)buf.count : 0;
+}
+%typemap(freearg) (int32_t *ids, size_t cap) { fp4rlpy_release_buf(&buf$argnum); }
+%typemap(doc, name="ids", type="buffer") (int32_t *ids, size_t cap) "ids: writable int32 buffer, or None to ask the count";
+
 /* fp4rl_nccl_unique_id(id_bytes, n_bytes): returns the id as bytes. */
 %typemap(in, numinputs=0) (void *id_bytes, size_t n_bytes) (unsigned char id[FP4RL_NCCL_UNIQUE_ID_BYTES]) {
     $1 = id;
@@ -424,6 +433,8 @@ FP4RLPY_NOGIL(fp4rl_quant_error)
 FP4RLPY_NOGIL(fp4rl_model_create)
 FP4RLPY_NOGIL(fp4rl_model_load)
 FP4RLPY_NOGIL(fp4rl_model_save)
+FP4RLPY_NOGIL(fp4rl_model_from_pretrained)
+FP4RLPY_NOGIL(fp4rl_model_save_pretrained)
 FP4RLPY_NOGIL(fp4rl_model_logits)
 FP4RLPY_NOGIL(fp4rl_model_token_logprobs)
 FP4RLPY_NOGIL(fp4rl_model_compute_gradients)

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -105,11 +106,13 @@ bad:
     return 0;
 }
 
-fp4rl_status fp4rl_read_file(const char *path, size_t max_bytes, uint8_t **out, size_t *len, const char *fn)
+fp4rl_status fp4rl_open_regular(const char *path, int *fd_out, size_t *size_out, const char *fn)
 {
     char eb[128];
-    if (!path || !out || !len) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: path or an output is NULL", fn);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (!path || !fd_out || !size_out) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: path or an output is NULL", fn);
+    /* O_NONBLOCK: opening a FIFO nobody writes returns at once instead of waiting for a writer;
+     * fstat on the descriptor then refuses it (no race between a stat and the open). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return fp4rl_fail(FP4RL_ERR_IO, "%s: cannot open '%.300s': %s", fn, path, errtext(errno, eb, sizeof eb));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
@@ -121,12 +124,28 @@ fp4rl_status fp4rl_read_file(const char *path, size_t max_bytes, uint8_t **out, 
         close(fd);
         return fp4rl_fail(FP4RL_ERR_IO, "%s: '%.300s' is not a regular file", fn, path);
     }
-    if (sb.st_size < 0 || (uintmax_t)sb.st_size > (uintmax_t)max_bytes || (uintmax_t)sb.st_size >= (uintmax_t)SIZE_MAX) {
+    if (sb.st_size < 0 || (uintmax_t)sb.st_size >= (uintmax_t)SIZE_MAX) {
         close(fd);
-        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: '%.300s' is %lld bytes; at most %zu are accepted", fn, path,
-                          (long long)sb.st_size, max_bytes);
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: '%.300s' has size %lld", fn, path, (long long)sb.st_size);
     }
-    size_t n = (size_t)sb.st_size, got = 0;
+    *fd_out = fd;
+    *size_out = (size_t)sb.st_size;
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_read_file(const char *path, size_t max_bytes, uint8_t **out, size_t *len, const char *fn)
+{
+    char eb[128];
+    if (!path || !out || !len) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: path or an output is NULL", fn);
+    int fd = -1;
+    size_t size = 0;
+    fp4rl_status ost = fp4rl_open_regular(path, &fd, &size, fn);
+    if (ost) return ost;
+    if (size > max_bytes) {
+        close(fd);
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: '%.300s' is %zu bytes; at most %zu are accepted", fn, path, size, max_bytes);
+    }
+    size_t n = size, got = 0;
     uint8_t *buf = malloc(n + 1);
     if (!buf) {
         close(fd);
@@ -155,7 +174,8 @@ fp4rl_status fp4rl_read_file(const char *path, size_t max_bytes, uint8_t **out, 
 /* ---- reader --------------------------------------------------------------------------------- */
 
 struct fp4rl_st {
-    uint8_t *owned;        /* the file's bytes when read from a path (else NULL: borrowed) */
+    void *map;             /* the file's mapping when opened from a path (else NULL: borrowed) */
+    size_t map_len;
     const uint8_t *data;   /* the data section */
     size_t data_len;
     cJSON *root;           /* the parsed header: names and metadata point into it */
@@ -527,14 +547,15 @@ out:
     return st;
 }
 
-static fp4rl_status st_open(fp4rl_st **out, const uint8_t *buf, size_t len, uint8_t *owned, const char *src, const char *fn)
+static fp4rl_status st_open(fp4rl_st **out, const uint8_t *buf, size_t len, void *map, const char *src, const char *fn)
 {
     fp4rl_st *f = calloc(1, sizeof *f);
     if (!f) {
-        free(owned);
+        if (map) munmap(map, len);
         return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
-    f->owned = owned;
+    f->map = map;
+    f->map_len = map ? len : 0;
     snprintf(f->src, sizeof f->src, "%s", src);
     fp4rl_status st = st_parse(f, buf, len, fn);
     if (st) {
@@ -555,14 +576,31 @@ fp4rl_status fp4rl_st_open_mem(fp4rl_st **out, const void *buf, size_t len)
 fp4rl_status fp4rl_st_open_path(fp4rl_st **out, const char *path)
 {
     const char *fn = "fp4rl_st_open_path";
+    char eb[128];
     if (!out || !path) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: out or path is NULL", fn);
-    uint8_t *buf = NULL;
+    int fd = -1;
     size_t len = 0;
-    fp4rl_status st = fp4rl_read_file(path, SIZE_MAX - 1, &buf, &len, fn);
+    fp4rl_status st = fp4rl_open_regular(path, &fd, &len, fn);
     if (st) return st;
+    /* Mapped, not read: the tensors are copied from the page cache straight into their device
+     * buffers, with no second full copy of the file in host memory. MAP_PRIVATE + PROT_READ: a
+     * writer changing the file later can change what we read, but never our memory's safety
+     * beyond the mapping (the header is validated once; a file truncated under us can SIGBUS,
+     * as with every mmap'ing reader, safetensors' own included). */
+    void *map = NULL;
+    if (len) {
+        map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return fp4rl_fail(FP4RL_ERR_IO, "%s: cannot map '%.300s': %s", fn, path, errtext(e, eb, sizeof eb));
+        }
+    }
+    close(fd);
     char src[160];
     snprintf(src, sizeof src, "'%s'", path);
-    return st_open(out, buf, len, buf, src, fn);
+    static const uint8_t empty[1];
+    return st_open(out, map ? (const uint8_t *)map : empty, len, map, src, fn);
 }
 
 void fp4rl_st_close(fp4rl_st *f)
@@ -571,7 +609,7 @@ void fp4rl_st_close(fp4rl_st *f)
     cJSON_Delete(f->root);
     free(f->t);
     free(f->meta);
-    free(f->owned);
+    if (f->map) munmap(f->map, f->map_len);
     free(f);
 }
 
@@ -610,10 +648,10 @@ const char *fp4rl_st_metadata(const fp4rl_st *f, const char *key)
     return kv ? kv->value : NULL;
 }
 
-fp4rl_status fp4rl_st_read_f32(const fp4rl_st *f, const char *name, int ndim, const int64_t *shape, float *dst)
+fp4rl_status fp4rl_st_check_f32(const fp4rl_st *f, const char *name, int ndim, const int64_t *shape)
 {
     const char *fn = "fp4rl_st_read_f32";
-    if (!f || !name || !dst) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the file, name or dst is NULL", fn);
+    if (!f || !name) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the file or name is NULL", fn);
     if (ndim < 0 || ndim > FP4RL_ST_MAX_DIMS || (ndim && !shape))
         return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %.200s: the expected shape is invalid (ndim %d)", fn, name, ndim);
     const fp4rl_st_tensor *t = fp4rl_st_find(f, name);
@@ -626,22 +664,26 @@ fp4rl_status fp4rl_st_read_f32(const fp4rl_st *f, const char *name, int ndim, co
         fp4rl_shape_str(have, sizeof have, t->ndim, t->shape);
         return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %.200s: expected %s, file has %s (%s)", fn, name, want, have, f->src);
     }
-    size_t n = (size_t)t->numel;
-    const uint8_t *p = t->data;
-    switch (t->dtype) {
-    case FP4RL_ST_F32:
-        for (size_t i = 0; i < n; i++) dst[i] = fp4rl_bits_f32(le32(p + 4 * i));
-        break;
-    case FP4RL_ST_BF16:
-        for (size_t i = 0; i < n; i++) dst[i] = fp4rl_bf16_to_f32(le16(p + 2 * i));
-        break;
-    case FP4RL_ST_F16:
-        for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(le16(p + 2 * i));
-        break;
-    default:
+    if (t->dtype != FP4RL_ST_F32 && t->dtype != FP4RL_ST_BF16 && t->dtype != FP4RL_ST_F16)
         return fp4rl_fail(FP4RL_ERR_DTYPE, "%s: %.200s: dtype %s in %s; expected F32, BF16 or F16", fn, name,
                           fp4rl_st_dtype_name(t->dtype), f->src);
-    }
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_st_read_f32(const fp4rl_st *f, const char *name, int ndim, const int64_t *shape, float *dst)
+{
+    if (!dst) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_st_read_f32: dst is NULL");
+    fp4rl_status st = fp4rl_st_check_f32(f, name, ndim, shape);
+    if (st) return st;
+    const fp4rl_st_tensor *t = fp4rl_st_find(f, name);
+    size_t n = (size_t)t->numel;
+    const uint8_t *p = t->data;
+    if (t->dtype == FP4RL_ST_F32)
+        for (size_t i = 0; i < n; i++) dst[i] = fp4rl_bits_f32(le32(p + 4 * i));
+    else if (t->dtype == FP4RL_ST_BF16)
+        for (size_t i = 0; i < n; i++) dst[i] = fp4rl_bf16_to_f32(le16(p + 2 * i));
+    else
+        for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(le16(p + 2 * i));
     return FP4RL_OK;
 }
 

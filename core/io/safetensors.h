@@ -64,8 +64,9 @@ typedef struct fp4rl_st_tensor {
 
 typedef struct fp4rl_st fp4rl_st;   /* an open, fully validated file */
 
-/* Reads the whole file at `path` into memory and validates it. FP4RL_ERR_IO when it cannot be
- * opened or read (or is not a regular file), FP4RL_ERR_OUT_OF_MEMORY, FP4RL_ERR_CORRUPT. */
+/* Maps the file at `path` (read-only, MAP_PRIVATE) and validates it; the tensors' data point into
+ * the mapping. FP4RL_ERR_IO when it cannot be opened or mapped, or is not a regular file (a FIFO
+ * is refused without blocking), FP4RL_ERR_OUT_OF_MEMORY, FP4RL_ERR_CORRUPT. */
 FP4RL_HIDDEN fp4rl_status fp4rl_st_open_path(fp4rl_st **out, const char *path);
 /* Validates the `len` bytes at `buf`, which are BORROWED: they must stay alive and unchanged until
  * fp4rl_st_close. No byte outside [buf, buf + len) is ever read. */
@@ -90,6 +91,9 @@ FP4RL_HIDDEN const char *fp4rl_st_metadata(const fp4rl_st *f, const char *key);
  * A missing tensor or another shape: FP4RL_ERR_CORRUPT, with a message like
  * "model.layers.0.self_attn.q_proj.weight: expected [64, 64], file has [64, 32]"; another dtype:
  * FP4RL_ERR_DTYPE; NULL or bad arguments: FP4RL_ERR_INVALID_ARGUMENT. dst is untouched on error. */
+/* The checks of fp4rl_st_read_f32 (the tensor exists, has that shape and a convertible dtype),
+ * without copying anything: a multi-file load validates every tensor before it changes a weight. */
+FP4RL_HIDDEN fp4rl_status fp4rl_st_check_f32(const fp4rl_st *f, const char *name, int ndim, const int64_t *shape);
 FP4RL_HIDDEN fp4rl_status fp4rl_st_read_f32(const fp4rl_st *f, const char *name, int ndim, const int64_t *shape,
                                             float *dst);
 
@@ -128,6 +132,9 @@ FP4RL_HIDDEN fp4rl_status fp4rl_st_write_mem(void **out, size_t *out_len, const 
 
 /* ---- small file helpers shared with core/model/hf_config.c --------------------------------------- */
 
+/* Opens `path` read-only, refusing anything but a regular file without blocking (a FIFO, a device,
+ * a directory: FP4RL_ERR_IO naming the path). *fd is the open descriptor, *size the file's bytes. */
+FP4RL_HIDDEN fp4rl_status fp4rl_open_regular(const char *path, int *fd, size_t *size, const char *fn);
 /* Reads a whole regular file into a new malloc'd buffer with a NUL byte after its `*len` bytes.
  * FP4RL_ERR_IO (cannot open / read, not a regular file), FP4RL_ERR_CORRUPT (more than max_bytes),
  * FP4RL_ERR_OUT_OF_MEMORY. Messages begin with `fn`. */

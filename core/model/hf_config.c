@@ -195,10 +195,74 @@ static fp4rl_status check_identity(const cJSON *root, const char *src)
     return FP4RL_OK;
 }
 
+/* The allow-list: every top-level key fp4rl understands. Each either feeds the struct, is checked
+ * to have the one value fp4rl implements (check_features), or is metadata that cannot change the
+ * model's math (bookkeeping of transformers and the hub; sliding_window and max_window_layers only
+ * matter when use_sliding_window is true, which is refused). Any other key may change the math in
+ * a way fp4rl would silently ignore, so it is refused, by name. */
+static const char *const known_keys[] = {
+    /* read into the struct or checked */
+    "architectures", "attention_dropout", "bos_token_id", "eos_token_id", "head_dim", "hidden_act", "hidden_size",
+    "intermediate_size", "layer_types", "max_position_embeddings", "model_type", "num_attention_heads",
+    "num_hidden_layers", "num_key_value_heads", "rms_norm_eps", "rope_parameters", "rope_scaling", "rope_theta",
+    "tie_word_embeddings", "use_sliding_window", "vocab_size",
+    /* metadata */
+    "_name_or_path", "dtype", "torch_dtype", "transformers_version", "initializer_range", "use_cache", "pad_token_id",
+    "sliding_window", "max_window_layers", "output_attentions", "output_hidden_states", "return_dict", "id2label",
+    "label2id", "tokenizer_class", "is_encoder_decoder", "chunk_size_feed_forward", "problem_type",
+};
+
+static fp4rl_status check_known_keys(const cJSON *root, const char *src)
+{
+    for (const cJSON *k = root->child; k; k = k->next) {
+        const char *key = k->string ? k->string : "";
+        bool known = false;
+        for (size_t i = 0; !known && i < sizeof known_keys / sizeof known_keys[0]; i++) known = strcmp(key, known_keys[i]) == 0;
+        if (!known)
+            return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "fp4rl_hf_config_parse: %s: field \"%.100s\" is not one fp4rl understands "
+                              "(it may change the model; fp4rl refuses what it would silently ignore)", src, key);
+    }
+    return FP4RL_OK;
+}
+
+/* The RoPE base, in either spelling: "rope_theta" at the top level (transformers 4) or
+ * "rope_parameters": {"rope_type": "default", "rope_theta": ...} (transformers 5). Any other rope
+ * type or key of rope_parameters changes the rotary embedding and is refused; two spellings that
+ * disagree are corrupt. */
+static fp4rl_status get_rope_theta(const cJSON *root, double *theta, const char *src)
+{
+    const char *fn = "fp4rl_hf_config_parse";
+    fp4rl_status st = get_double(root, "rope_theta", 10000.0, theta, src);
+    if (st) return st;
+    const cJSON *rp = field(root, "rope_parameters");
+    if (!rp) return FP4RL_OK;
+    if (!cJSON_IsObject(rp))
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"rope_parameters\" is a JSON %s, not an object", fn, src, jtype(rp));
+    for (const cJSON *k = rp->child; k; k = k->next)
+        if (strcmp(k->string, "rope_type") != 0 && strcmp(k->string, "rope_theta") != 0)
+            return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "%s: %s: \"rope_parameters.%.60s\" is set; fp4rl implements plain RoPE only", fn, src,
+                              k->string);
+    const cJSON *type = field(rp, "rope_type");
+    if (type && !cJSON_IsString(type))
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"rope_parameters.rope_type\" is a JSON %s, not a string", fn, src, jtype(type));
+    if (type && strcmp(type->valuestring, "default") != 0)
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "%s: %s: \"rope_parameters.rope_type\" is \"%.60s\"; fp4rl implements \"default\" only",
+                          fn, src, type->valuestring);
+    if (!field(rp, "rope_theta")) return FP4RL_OK;
+    double t = 0;
+    if ((st = get_double(rp, "rope_theta", 0, &t, src))) return st;
+    if (field(root, "rope_theta") && t != *theta)
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"rope_theta\" %g and \"rope_parameters.rope_theta\" %g disagree", fn, src, *theta, t);
+    *theta = t;
+    return FP4RL_OK;
+}
+
 /* The features fp4rl does not implement; c has its sizes. */
 static fp4rl_status check_features(const cJSON *root, const fp4rl_hf_config *c, const char *src)
 {
     const char *fn = "fp4rl_hf_config_parse";
+    fp4rl_status st0 = check_known_keys(root, src);
+    if (st0) return st0;
     fp4rl_status st = want_string(root, "hidden_act", "silu", false, src);
     if (st) return st;
     const cJSON *rs = field(root, "rope_scaling");
@@ -252,7 +316,7 @@ static fp4rl_status parse_root(const cJSON *root, fp4rl_hf_config *c, const char
     int64_t hd = c->hidden_size / c->num_attention_heads, hd_field;
     if ((st = get_int(root, "head_dim", false, hd, &hd_field, src))) return st;
     c->head_dim = hd;
-    if ((st = get_double(root, "rope_theta", 10000.0, &c->rope_theta, src)) ||
+    if ((st = get_rope_theta(root, &c->rope_theta, src)) ||
         (st = get_double(root, "rms_norm_eps", 1e-6, &c->rms_norm_eps, src)) ||
         (st = get_bool(root, "tie_word_embeddings", 0, &c->tie_word_embeddings, src)) ||
         (st = get_int(root, "bos_token_id", false, -1, &c->bos_token_id, src)))
@@ -404,6 +468,14 @@ static bool jadd_double(cJSON *o, const char *key, double v)
     return jadd(o, key, cJSON_CreateRaw(buf));
 }
 
+/* Both spellings of the RoPE base: "rope_parameters" for transformers 5, "rope_theta" for 4. */
+static bool jadd_rope(cJSON *o, double theta)
+{
+    cJSON *rp = cJSON_CreateObject();
+    return jadd(o, "rope_parameters", rp) && jadd_double(rp, "rope_theta", theta) &&
+           jadd(rp, "rope_type", cJSON_CreateString("default"));
+}
+
 fp4rl_status fp4rl_hf_config_to_json(const fp4rl_hf_config *c, char **out)
 {
     const char *fn = "fp4rl_hf_config_to_json";
@@ -433,7 +505,7 @@ fp4rl_status fp4rl_hf_config_to_json(const fp4rl_hf_config *c, char **out)
          jadd_int(root, "max_position_embeddings", c->max_position_embeddings) &&
          jadd(root, "model_type", cJSON_CreateString("qwen2")) && jadd_int(root, "num_attention_heads", c->num_attention_heads) &&
          jadd_int(root, "num_hidden_layers", c->num_hidden_layers) && jadd_int(root, "num_key_value_heads", c->num_key_value_heads) &&
-         jadd_double(root, "rms_norm_eps", c->rms_norm_eps) && jadd_double(root, "rope_theta", c->rope_theta) &&
+         jadd_double(root, "rms_norm_eps", c->rms_norm_eps) && jadd_rope(root, c->rope_theta) && jadd_double(root, "rope_theta", c->rope_theta) &&
          jadd(root, "tie_word_embeddings", cJSON_CreateBool(c->tie_word_embeddings)) &&
          jadd(root, "use_sliding_window", cJSON_CreateBool(0)) && jadd_int(root, "vocab_size", c->vocab_size);
     char *text = ok ? cJSON_Print(root) : NULL;

@@ -291,41 +291,7 @@ fp4rl_status fp4rl_model_set_param(fp4rl_model *m, const char *name, const float
     return st ? st : m->ctx->be->upload(m->ctx, m->w + p->offset, src, bytes);
 }
 
-fp4rl_status fp4rl_model_load(fp4rl_model *m, const char *path)
-{
-    const char *fn = "fp4rl_model_load";
-    fp4rl_status st = check_model(m, fn);
-    if (st) return st;
-    if (!path) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: path is NULL", fn);
-    fp4rl_st *f;
-    st = fp4rl_st_open_path(&f, path);
-    if (st) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", fp4rl_last_error());
-        return fp4rl_fail(st, "%s: %s", fn, msg);
-    }
-    const size_t bytes = (size_t)m->total * sizeof(float);
-    float *host = malloc(bytes);
-    if (!host) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
-    for (int i = 0; !st && i < m->n_params; i++) {
-        const fp4rl_param *p = &m->params[i];
-        st = fp4rl_st_read_f32(f, p->name, p->ndim, p->dims, host + p->offset);
-        if (st == FP4RL_ERR_DTYPE) /* say which file; keep the reader's message */
-            st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: %s", fn, path, fp4rl_last_error());
-        else if (st) {
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", fp4rl_last_error());
-            st = fp4rl_fail(st, "%s: %s: %s", fn, path, msg);
-        }
-    }
-    if (!st) st = m->ctx->be->upload(m->ctx, m->w, host, bytes);
-    if (!st) st = m->ctx->be->memset0(m->ctx, m->adam_m, bytes);
-    if (!st) st = m->ctx->be->memset0(m->ctx, m->adam_v, bytes);
-    if (!st) m->step = 0;
-    free(host);
-    fp4rl_st_close(f);
-    return st;
-}
+/* fp4rl_model_load and fp4rl_model_from_pretrained: core/model/model_hf.c */
 
 fp4rl_status fp4rl_model_save(const fp4rl_model *m, const char *path, fp4rl_dtype dtype)
 {

@@ -41,6 +41,8 @@ struct fp4rl_model {
     float *w, *g, *adam_m, *adam_v;  /* device buffers of `total` floats */
     float *scalar;                   /* device scratch: [0] loss, [1] grad norm, [2] dloss = 1 */
     int rollout_generic;             /* tests: 1 = the rollout never takes its fused linear path */
+    int n_default_stop;              /* eos ids of a from_pretrained model: sessions' default stop tokens */
+    int32_t default_stop[FP4RL_HF_MAX_EOS];
 };
 
 /* Index of the parameter of layer l, kind k (FP4RL_LP_*); of the embedding, final norm, LM head. */

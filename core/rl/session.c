@@ -80,6 +80,10 @@ fp4rl_status fp4rl_rl_session_create(fp4rl_rl_session **out, fp4rl_context *ctx,
     s->ctx = ctx;
     s->model = model;
     memcpy(s->hp, param_defaults, sizeof s->hp);
+    if (model->n_default_stop && (st = fp4rl_rl_session_set_stop_tokens(s, model->default_stop, (size_t)model->n_default_stop))) {
+        fp4rl_rl_session_destroy(s);
+        return st;
+    }
     *out = s;
     return FP4RL_OK;
 }
@@ -152,6 +156,18 @@ fp4rl_status fp4rl_rl_session_set_stop_tokens(fp4rl_rl_session *s, const int32_t
     free(s->stop);
     s->stop = copy;
     s->n_stop = n;
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_rl_session_get_stop_tokens(const fp4rl_rl_session *s, int32_t *ids, size_t cap, size_t *n)
+{
+    const char *fn = "fp4rl_rl_session_get_stop_tokens";
+    fp4rl_status st = check_session(s, fn);
+    if (st) return st;
+    if (!n) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: n is NULL", fn);
+    if (cap && !ids) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: ids is NULL with cap %zu", fn, cap);
+    if (ids && s->n_stop) memcpy(ids, s->stop, (cap < s->n_stop ? cap : s->n_stop) * sizeof *ids);
+    *n = s->n_stop;
     return FP4RL_OK;
 }
 

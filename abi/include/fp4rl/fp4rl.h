@@ -358,14 +358,35 @@ typedef struct fp4rl_model fp4rl_model;
 FP4RL_API fp4rl_status fp4rl_model_create(fp4rl_model **out, fp4rl_context *ctx, const char *config_json,
                                           const fp4rl_quant_policy *policy, uint64_t seed);
 FP4RL_API void fp4rl_model_destroy(fp4rl_model *m);
-/* Loads every weight from a safetensors file with HF tensor names (F32, BF16 or F16). A missing
- * or mis-shaped tensor is FP4RL_ERR_CORRUPT naming it; a malformed file FP4RL_ERR_CORRUPT; an
- * unreadable one FP4RL_ERR_IO. On failure the model's weights are unchanged. The optimizer state
- * is reset. */
+/* Loads every weight, with HF tensor names (F32, BF16 or F16), from `path`: one safetensors file,
+ * a model.safetensors.index.json (the shards are in its folder), or a directory holding
+ * model.safetensors or that index. Files are mapped, not read whole; anything but a regular file
+ * (a FIFO, a device) is refused without blocking. A missing or mis-shaped tensor, a malformed
+ * file, or an index that disagrees with its shards is FP4RL_ERR_CORRUPT naming the file and the
+ * tensor; an unreadable path FP4RL_ERR_IO. Every tensor of every file is checked before any weight
+ * changes: on failure the model's weights are unchanged. The optimizer state is reset. */
 FP4RL_API fp4rl_status fp4rl_model_load(fp4rl_model *m, const char *safetensors_path);
 /* Saves the weights with HF names as F32 or BF16 (`dtype`), atomically (a temporary file, fsync,
  * rename): a failure never destroys an existing file. */
 FP4RL_API fp4rl_status fp4rl_model_save(const fp4rl_model *m, const char *safetensors_path, fp4rl_dtype dtype);
+/* A model as transformers and the hub write it: `dir`/config.json (fp4rl_model_create's rules),
+ * the weights of `dir` (fp4rl_model_load: model.safetensors or the index and its shards) and, when
+ * present, `dir`/generation_config.json. The eos ids ("eos_token_id", an int or a list; from
+ * generation_config.json first, else config.json) become the default stop tokens of every session
+ * created on the model. The policy is copied (NULL = defaults). */
+FP4RL_API fp4rl_status fp4rl_model_from_pretrained(fp4rl_model **out, fp4rl_context *ctx, const char *dir,
+                                                   const fp4rl_quant_policy *policy);
+/* Writes `dir` as transformers' save_pretrained does: config.json (the architecture fields fp4rl
+ * uses, in the spelling transformers reads), generation_config.json with the eos ids when known,
+ * and the weights with HF names in F32 or BF16 (`dtype`): model.safetensors, or, when they are
+ * larger than max_shard_bytes (0 = never shard), model-0000i-of-0000n.safetensors shards and
+ * model.safetensors.index.json. Atomic as a whole: the directory is written under a temporary
+ * name and renamed into place, so it appears complete or not at all. `dir` must be absent, an
+ * empty directory or a directory an earlier save_pretrained wrote (marker file
+ * .fp4rl-pretrained); anything else is refused (FP4RL_ERR_INVALID_ARGUMENT naming it) and left
+ * untouched. */
+FP4RL_API fp4rl_status fp4rl_model_save_pretrained(const fp4rl_model *m, const char *dir, fp4rl_dtype dtype,
+                                                   size_t max_shard_bytes);
 /* Replaces the model's policy with a copy of `policy`. */
 FP4RL_API fp4rl_status fp4rl_model_set_policy(fp4rl_model *m, const fp4rl_quant_policy *policy);
 
@@ -493,6 +514,10 @@ FP4RL_API fp4rl_status fp4rl_rl_session_set(fp4rl_rl_session *s, fp4rl_rlparam p
 FP4RL_API fp4rl_status fp4rl_rl_session_get(const fp4rl_rl_session *s, fp4rl_rlparam param, double *value);
 /* The stop token ids (copied; n may be 0). A completion ends with, and includes, the first. */
 FP4RL_API fp4rl_status fp4rl_rl_session_set_stop_tokens(fp4rl_rl_session *s, const int32_t *ids, size_t n);
+/* The stop token ids: the model's eos ids for a model from fp4rl_model_from_pretrained, until
+ * set_stop_tokens replaces them (none otherwise). *n = how many there are; min(*n, cap) are
+ * copied to ids (ids may be NULL with cap 0 to ask the count). */
+FP4RL_API fp4rl_status fp4rl_rl_session_get_stop_tokens(const fp4rl_rl_session *s, int32_t *ids, size_t cap, size_t *n);
 
 /* One complete step. On any error the model and optimizer are as before the step. */
 FP4RL_API fp4rl_status fp4rl_rl_session_step(fp4rl_rl_session *s, const int32_t *prompts, const size_t *prompt_offsets,

@@ -229,6 +229,30 @@ def test_load_hf_fixture_logits(ctx, gqa_dir):
     assert one.shape == (lens[0], 96) and np.allclose(one, logits[0, : lens[0]], atol=1e-5)
 
 
+def test_save_pretrained_round_trip_and_stop_tokens(ctx, gqa_dir, tmp_path):
+    """Model.save_pretrained -> Model.from_pretrained (both through the C functions): identical
+    weights, sharded or not; eos ids of generation_config.json become the sessions' stop tokens."""
+    m = fp4rl.Model.from_pretrained(ctx, gqa_dir)
+    m.save_pretrained(tmp_path / "one")
+    m.save_pretrained(tmp_path / "shards", max_shard_bytes=40000)
+    assert (tmp_path / "shards" / "model.safetensors.index.json").is_file()
+    for d in ("one", "shards"):
+        r = fp4rl.Model.from_pretrained(ctx, tmp_path / d)
+        for n in m.param_names:
+            assert (r.get_param(n) == m.get_param(n)).all()
+    assert fp4rl.RLSession(ctx, m).stop_tokens == ()
+    (tmp_path / "one" / "generation_config.json").write_text('{"eos_token_id": [3, 9]}')
+    s = fp4rl.RLSession(ctx, fp4rl.Model.from_pretrained(ctx, tmp_path / "one"))
+    assert s.stop_tokens == (3, 9)
+    s.stop_tokens = [4]
+    assert s.stop_tokens == (4,)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(fp4rl.Error):
+        m.save_pretrained(tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
 def test_model_training_params_and_save_load(ctx, tmp_path):
     m = fp4rl.Model(ctx, TINY, seed=2, lr=3e-3)
     assert m.get_hparam("lr") == 3e-3 and m.hparams["beta1"] == 0.9 and tuple(m.hparams) == fp4rl.Model.HPARAMS

@@ -43,9 +43,9 @@ export nccl_unique_id, distributed_context
 export quant_info, codes, scales, import_quantized, quantize, dequantize, matmul, matmul!, quant_error
 export setparam!, getparam, apply_preset!, qparam_name, dtype_name, status_name, last_error
 export version_number, version_string, library_version
-export from_pretrained, load!, save, set_policy!, set_hparam!, hparam, model_info
+export from_pretrained, save_pretrained, load!, save, set_policy!, set_hparam!, hparam, model_info
 export logits, token_logprobs, compute_gradients!, train_step!, param_names, param_shape, get_param, get_grad, set_param!
-export set_stop_tokens!, step!, rollout!, num_completions, completion, completions, set_rewards!, train!
+export set_stop_tokens!, stop_tokens, step!, rollout!, num_completions, completion, completions, set_rewards!, train!
 export metric, metric_names, metrics, metrics_json, set_metrics_file!, step_count
 # The enum types; their values are exported too, except Status's (OK, ERR_*), which are
 # spelled FP4RL.ERR_SHAPE etc. so that `OK` does not land in the user's namespace.

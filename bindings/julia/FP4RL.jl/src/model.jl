@@ -38,14 +38,34 @@ function Model(ctx::Context, config_json::AbstractString; policy::Union{QuantPol
 end
 
 """
-    from_pretrained(ctx, dir; policy = nothing, seed = 0) -> Model
+    from_pretrained(ctx, dir; policy = nothing) -> Model
 
-A model from an HF checkpoint directory: `dir/config.json` and the weights of
-`dir/model.safetensors` (F32, BF16 or F16).
+A model from a directory as transformers writes it (`fp4rl_model_from_pretrained`):
+`dir/config.json`, the weights (`model.safetensors`, or `model.safetensors.index.json` and its
+shards) and `dir/generation_config.json` if present, whose eos ids become the default stop
+tokens of sessions on the model (see [`stop_tokens`](@ref)).
 """
-function from_pretrained(ctx::Context, dir::AbstractString; policy::Union{QuantPolicy,Nothing}=nothing, seed::Integer=0)
-    m = Model(ctx, read(joinpath(dir, "config.json"), String); policy=policy, seed=seed)
-    load!(m, joinpath(dir, "model.safetensors"))
+function from_pretrained(ctx::Context, dir::AbstractString; policy::Union{QuantPolicy,Nothing}=nothing)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    return _with(ctx) do
+        _check(ccall((:fp4rl_model_from_pretrained, libfp4rl()), Cint, (Ref{Ptr{Cvoid}}, Ptr{Cvoid}, Cstring, Ptr{Cvoid}),
+                     out, ctx, dir, _policyarg(policy)))
+        _adopt!(Model(ctx, out[], _Wrap()))
+    end
+end
+
+"""
+    save_pretrained(m::Model, dir; dtype = DTYPE_F32, max_shard_bytes = 0)
+
+Writes `dir` as transformers' `save_pretrained` does (config.json, generation_config.json, the
+weights in F32 or BF16, sharded with an index above `max_shard_bytes`; 0 = one file),
+atomically. A target that is not absent, empty or an earlier `save_pretrained`'s is refused.
+"""
+function save_pretrained(m::Model, dir::AbstractString; dtype::Union{DType,Integer}=DTYPE_F32, max_shard_bytes::Integer=0)
+    _with(m) do
+        _check(ccall((:fp4rl_model_save_pretrained, libfp4rl()), Cint, (Ptr{Cvoid}, Cstring, Cint, Csize_t),
+                     m, dir, _cint(dtype), Csize_t(max_shard_bytes)))
+    end
     return m
 end
 

@@ -88,6 +88,26 @@ function set_stop_tokens!(s::RLSession, ids::AbstractVector{<:Integer})
 end
 set_stop_tokens!(s::RLSession, id::Integer) = set_stop_tokens!(s, [id])
 
+"""
+    stop_tokens(s) -> Vector{Int32}
+
+The stop token ids: the model's eos ids for a model from [`from_pretrained`](@ref), until
+[`set_stop_tokens!`](@ref) replaces them.
+"""
+function stop_tokens(s::RLSession)
+    n = Ref{Csize_t}(0)
+    _with(s) do
+        _check(ccall((:fp4rl_rl_session_get_stop_tokens, libfp4rl()), Cint, (Ptr{Cvoid}, Ptr{Int32}, Csize_t, Ref{Csize_t}),
+                     s, C_NULL, Csize_t(0), n))
+        buf = Vector{Int32}(undef, n[])
+        GC.@preserve buf begin
+            _check(ccall((:fp4rl_rl_session_get_stop_tokens, libfp4rl()), Cint, (Ptr{Cvoid}, Ptr{Int32}, Csize_t, Ref{Csize_t}),
+                         s, pointer(buf), Csize_t(length(buf)), n))
+        end
+        buf
+    end
+end
+
 # Prompts in the library's CSR form: (tokens::Vector{Int32}, offsets::Vector{Csize_t}) with
 # prompt p = tokens[offsets[p]+1 : offsets[p+1]]. Taken from a vector of token vectors, or
 # passed through when already in CSR form (0-based offsets, as the C API has them).

@@ -277,6 +277,31 @@ end
     throws_status(() -> quantize(ta, DTYPE_F32), FP4RL.ERR_DTYPE)
 end
 
+@testset "Model: save_pretrained round trip, sharded; eos as default stop tokens" begin
+    ctx = Context()
+    m = from_pretrained(ctx, joinpath(FIXTURES, "gqa"))
+    dir = mktempdir()
+    one, shards = joinpath(dir, "one"), joinpath(dir, "shards")
+    save_pretrained(m, one)
+    save_pretrained(m, shards; max_shard_bytes=40000)
+    @test isfile(joinpath(shards, "model.safetensors.index.json"))
+    for d in (one, shards)
+        r = from_pretrained(ctx, d)
+        @test all(get_param(r, n) == get_param(m, n) for n in param_names(m))
+    end
+    @test isempty(stop_tokens(RLSession(m)))
+    write(joinpath(one, "generation_config.json"), "{\"eos_token_id\": [3, 9]}")
+    s = RLSession(from_pretrained(ctx, one))
+    @test stop_tokens(s) == Int32[3, 9]
+    set_stop_tokens!(s, [4])
+    @test stop_tokens(s) == Int32[4]
+    mine = joinpath(dir, "mine")
+    mkpath(mine)
+    write(joinpath(mine, "notes.txt"), "keep")
+    throws_status(() -> save_pretrained(m, mine), FP4RL.ERR_INVALID_ARGUMENT)
+    @test read(joinpath(mine, "notes.txt"), String) == "keep"
+end
+
 @testset "Model: HF parity on the gqa fixture, I/O, errors" begin
     ctx = Context()
     p32 = QuantPolicy(; train_numerics=NUMERICS_FP32)

@@ -61,11 +61,20 @@ class Model(_Owned):
 
     @classmethod
     def from_pretrained(cls, ctx: Context, path, policy: QuantPolicy | None = None, **hparams) -> "Model":
-        """A model from a directory with config.json and model.safetensors."""
-        path = os.fspath(path)
-        m = cls(ctx, os.path.join(path, "config.json"), policy, 0, **hparams)
-        m.load(os.path.join(path, "model.safetensors"))
+        """A model from a directory as transformers writes it (fp4rl_model_from_pretrained): config.json,
+        model.safetensors or model.safetensors.index.json + shards, generation_config.json (its eos ids
+        become the default stop tokens of sessions on the model)."""
+        m = cls.__new__(cls)
+        m._adopt(capi.fp4rl_model_from_pretrained(ctx._h, os.fspath(path), policy._h if policy is not None else None))
+        m.ctx = ctx
+        m.set_hparams(**hparams)
         return m
+
+    def save_pretrained(self, path, dtype: str = "f32", max_shard_bytes: int = 0) -> None:
+        """Writes a directory transformers' from_pretrained reads (config.json, generation_config.json,
+        weights in f32 or bf16, sharded above max_shard_bytes; 0 = one file), atomically; refuses a
+        target that is not absent, empty or an earlier save_pretrained's."""
+        capi.fp4rl_model_save_pretrained(self._h, os.fspath(path), _names.dtype_code(dtype), int(max_shard_bytes))
 
     def __repr__(self) -> str:
         if self.closed:

@@ -88,15 +88,19 @@ class RLSession(_Owned):
 
     @property
     def stop_tokens(self) -> tuple[int, ...]:
-        """The stop tokens as last set through this object (the C API has no getter)."""
-        return getattr(self, "_stop", ())
+        """The stop tokens (fp4rl_rl_session_get_stop_tokens): the model's eos ids for a model from
+        Model.from_pretrained, until set."""
+        n = capi.fp4rl_rl_session_get_stop_tokens(self._h, None)
+        out = np.zeros(n, dtype=np.int32)
+        if n:
+            capi.fp4rl_rl_session_get_stop_tokens(self._h, out)
+        return tuple(int(i) for i in out)
 
     @stop_tokens.setter
     def stop_tokens(self, ids: Sequence[int]) -> None:
         """A completion ends with, and includes, the first of these."""
         arr = as_array(np.asarray(list(ids), dtype=np.int64).reshape(-1), np.int32, "stop_tokens")
         capi.fp4rl_rl_session_set_stop_tokens(self._h, arr)
-        self._stop = tuple(int(i) for i in arr)
 
     @property
     def metrics_file(self):
@@ -174,5 +178,3 @@ class RLSession(_Owned):
     def load(self, directory) -> None:
         """Restores a checkpoint into this session and its model; resuming is bit-identical on the CPU."""
         capi.fp4rl_rl_session_load(self._h, os.fspath(directory))
-        # the checkpoint carries the stop tokens; they are no longer the ones set here
-        self.__dict__.pop("_stop", None)

@@ -368,6 +368,14 @@ extern "C" {
     pub fn fp4rl_model_load(m: *mut fp4rl_model, safetensors_path: *const c_char) -> fp4rl_status;
     pub fn fp4rl_model_save(m: *const fp4rl_model, safetensors_path: *const c_char, dtype: fp4rl_dtype)
         -> fp4rl_status;
+    pub fn fp4rl_model_from_pretrained(
+        out: *mut *mut fp4rl_model,
+        ctx: *mut fp4rl_context,
+        dir: *const c_char,
+        policy: *const fp4rl_quant_policy,
+    ) -> fp4rl_status;
+    pub fn fp4rl_model_save_pretrained(m: *const fp4rl_model, dir: *const c_char, dtype: fp4rl_dtype, max_shard_bytes: usize)
+        -> fp4rl_status;
     pub fn fp4rl_model_set_policy(m: *mut fp4rl_model, policy: *const fp4rl_quant_policy) -> fp4rl_status;
     pub fn fp4rl_model_set_hparam(m: *mut fp4rl_model, param: fp4rl_mparam, value: c_double) -> fp4rl_status;
     pub fn fp4rl_model_get_hparam(m: *const fp4rl_model, param: fp4rl_mparam, value: *mut c_double) -> fp4rl_status;
@@ -447,6 +455,8 @@ extern "C" {
     pub fn fp4rl_rl_session_get(s: *const fp4rl_rl_session, param: fp4rl_rlparam, value: *mut c_double)
         -> fp4rl_status;
     pub fn fp4rl_rl_session_set_stop_tokens(s: *mut fp4rl_rl_session, ids: *const i32, n: usize) -> fp4rl_status;
+    pub fn fp4rl_rl_session_get_stop_tokens(s: *const fp4rl_rl_session, ids: *mut i32, cap: usize, n: *mut usize)
+        -> fp4rl_status;
     pub fn fp4rl_rl_session_step(
         s: *mut fp4rl_rl_session,
         prompts: *const i32,

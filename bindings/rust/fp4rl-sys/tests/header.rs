@@ -802,6 +802,9 @@ fn every_function_links() {
         addr!(fp4rl_rl_session_step_count),
         addr!(fp4rl_rl_session_save),
         addr!(fp4rl_rl_session_load),
+        addr!(fp4rl_model_from_pretrained),
+        addr!(fp4rl_model_save_pretrained),
+        addr!(fp4rl_rl_session_get_stop_tokens),
     ];
     for (name, addr) in table {
         assert_ne!(*addr, 0, "{name} resolved to address 0");

@@ -139,24 +139,33 @@ impl<'ctx> Model<'ctx> {
         })
     }
 
-    /// A model from an HF checkpoint directory: `dir/config.json` and `dir/model.safetensors`.
-    /// An unreadable config.json is [`Status::Io`].
+    /// A model from a directory as transformers writes it (`fp4rl_model_from_pretrained`):
+    /// `dir/config.json`, the weights (`model.safetensors`, or `model.safetensors.index.json`
+    /// and its shards) and `dir/generation_config.json` if present, whose eos ids become the
+    /// default stop tokens of sessions on the model. An unreadable directory is [`Status::Io`].
     pub fn from_pretrained(
         ctx: &'ctx Context,
         dir: impl AsRef<Path>,
         policy: Option<&QuantPolicy>,
     ) -> Result<Model<'ctx>> {
-        let dir = dir.as_ref();
-        let cfg_path = dir.join("config.json");
-        let cfg = std::fs::read_to_string(&cfg_path).map_err(|e| {
-            Error::new(
-                Status::Io,
-                format!("Model::from_pretrained: cannot read {}: {e}", cfg_path.display()),
-            )
-        })?;
-        let model = Model::from_config(ctx, &cfg, policy, 0)?;
-        model.load(dir.join("model.safetensors"))?;
-        Ok(model)
+        let d = c_path(dir.as_ref(), "Model::from_pretrained")?;
+        let mut raw = ptr::null_mut();
+        // SAFETY: a valid out-pointer, a live context, a NUL-terminated path, a live or null policy.
+        check(unsafe { sys::fp4rl_model_from_pretrained(&mut raw, ctx.as_ptr(), d.as_ptr(), policy_ptr(policy)) })?;
+        Ok(Model {
+            raw: NonNull::new(raw).expect("fp4rl_model_from_pretrained returned OK and NULL"),
+            ctx,
+        })
+    }
+
+    /// Writes `dir` as transformers' `save_pretrained` does: config.json, generation_config.json,
+    /// the weights in F32 or BF16, sharded with an index above `max_shard_bytes` (0 = one file),
+    /// atomically. A target that is not absent, empty or an earlier `save_pretrained`'s is
+    /// refused ([`Status::InvalidArgument`]) and left untouched.
+    pub fn save_pretrained(&self, dir: impl AsRef<Path>, dtype: DType, max_shard_bytes: usize) -> Result<()> {
+        let d = c_path(dir.as_ref(), "Model::save_pretrained")?;
+        // SAFETY: a live handle and a NUL-terminated path.
+        check(unsafe { sys::fp4rl_model_save_pretrained(self.raw.as_ptr(), d.as_ptr(), dtype.as_raw(), max_shard_bytes) })
     }
 
     /// Loads every weight from a safetensors file with HF names (F32, BF16 or F16). A missing

@@ -218,6 +218,19 @@ impl<'m> RlSession<'m> {
         Ok(self)
     }
 
+    /// The stop token ids: the model's eos ids for a model from [`Model::from_pretrained`],
+    /// until [`set_stop_tokens`](Self::set_stop_tokens) replaces them.
+    pub fn stop_tokens(&self) -> Result<Vec<i32>> {
+        let mut n = 0usize;
+        // SAFETY: a live handle; ids NULL with cap 0 asks the count.
+        check(unsafe { sys::fp4rl_rl_session_get_stop_tokens(self.raw.as_ptr(), ptr::null_mut(), 0, &mut n) })?;
+        let mut ids = vec![0i32; n];
+        // SAFETY: `ids` holds `ids.len()` writable elements.
+        check(unsafe { sys::fp4rl_rl_session_get_stop_tokens(self.raw.as_ptr(), ids.as_mut_ptr(), ids.len(), &mut n) })?;
+        ids.truncate(n);
+        Ok(ids)
+    }
+
     /// One complete step on `prompts` (each a slice of token ids), with rewards from `reward`:
     /// `reward(prompt_index, prompt, completion)` for each of the group_size completions of
     /// each prompt, called on this thread, one at a time. It returns an `f64`, or a `Result`

@@ -89,8 +89,44 @@ fn config_errors() -> Result<()> {
     assert_err(
         Model::from_pretrained(&ctx, "/nonexistent/model", None),
         Status::Io,
-        &["config.json"],
+        &["/nonexistent/model"],
     );
+    Ok(())
+}
+
+// save_pretrained -> from_pretrained: identical weights, sharded or not; eos ids of
+// generation_config.json are the sessions' default stop tokens; a foreign directory is refused.
+#[test]
+fn save_pretrained_round_trips_and_eos_are_stop_tokens() -> Result<()> {
+    let ctx = Context::cpu()?;
+    let m = Model::from_pretrained(&ctx, fixture("gqa"), None)?;
+    let tmp = std::env::temp_dir().join(format!("fp4rl_rust_pretrained_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let (one, shards) = (tmp.join("one"), tmp.join("shards"));
+    m.save_pretrained(&one, DType::F32, 0)?;
+    m.save_pretrained(&shards, DType::F32, 40000)?;
+    assert!(shards.join("model.safetensors.index.json").is_file());
+    for d in [&one, &shards] {
+        let r = Model::from_pretrained(&ctx, d, None)?;
+        for name in param_names(2, false) {
+            assert_eq!(r.param(&name)?, m.param(&name)?, "{name}");
+        }
+    }
+    assert!(RlSession::new(&m, None)?.stop_tokens()?.is_empty());
+    std::fs::write(one.join("generation_config.json"), "{\"eos_token_id\": [3, 9]}").unwrap();
+    let r = Model::from_pretrained(&ctx, &one, None)?;
+    let mut s = RlSession::new(&r, None)?;
+    assert_eq!(s.stop_tokens()?, vec![3, 9]);
+    s.set_stop_tokens(&[4])?;
+    assert_eq!(s.stop_tokens()?, vec![4]);
+    let mine = tmp.join("mine");
+    std::fs::create_dir_all(&mine).unwrap();
+    std::fs::write(mine.join("notes.txt"), "keep").unwrap();
+    assert_err(m.save_pretrained(&mine, DType::F32, 0), Status::InvalidArgument, &["mine"]);
+    assert_eq!(std::fs::read_to_string(mine.join("notes.txt")).unwrap(), "keep");
+    drop(s);
+    std::fs::remove_dir_all(&tmp).unwrap();
     Ok(())
 }
 
