@@ -10,7 +10,6 @@
  * only when it succeeded on every rank.
  */
 #define _GNU_SOURCE /* mkdtemp, fsync, nftw */
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -20,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "rl/session.h"
 
