@@ -238,6 +238,21 @@ START_TEST(test_policy)
     /* HiF4 takes only 64x64 tiles: the gradient role's format is HiF4 and its tile 64 */
     EXPECT(fp4rl_quant_policy_set(p, FP4RL_QP_TILE_GRADIENT, 32), FP4RL_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "hif4"));
+    /* FORMAT_QK is quantized with every role's tile: refused at the setter when a tile does not fit,
+     * with both parameters named, whichever of the two is set last */
+    EXPECT(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_QK, FP4RL_DTYPE_HIF4), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "format_qk"));
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "tile_weight = 32"));
+    EXPECT(fp4rl_quant_policy_get(p, FP4RL_QP_FORMAT_QK, &v), FP4RL_OK);
+    ck_assert_int_eq(v, FP4RL_DTYPE_MXFP8_E4M3); /* a refused set changes nothing */
+    EXPECT(fp4rl_quant_policy_set(p, FP4RL_QP_TILE_WEIGHT, 64), FP4RL_OK);
+    EXPECT(fp4rl_quant_policy_set(p, FP4RL_QP_TILE_ACTIVATION, 64), FP4RL_OK);
+    EXPECT(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_QK, FP4RL_DTYPE_HIF4), FP4RL_OK);
+    EXPECT(fp4rl_quant_policy_set(p, FP4RL_QP_TILE_WEIGHT, 32), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "tile_weight = 32"));
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "format_qk = hif4"));
+    EXPECT(fp4rl_quant_policy_get(p, FP4RL_QP_TILE_WEIGHT, &v), FP4RL_OK);
+    ck_assert_int_eq(v, 64);
 
     /* presets */
     EXPECT(fp4rl_quant_policy_apply_preset(p, FP4RL_PRESET_STABLE_2D_MXFP4), FP4RL_OK);

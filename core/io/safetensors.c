@@ -11,9 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cJSON.h>
-
 #include "format/formats.h"
+#include "io/json.h"
 #include "io/safetensors.h"
 
 /* Numbers in a header must be below 2^53, so that the double cJSON keeps is the exact integer. */
@@ -186,18 +185,6 @@ struct fp4rl_st {
     char src[160];         /* the path, or "buffer", for messages */
 };
 
-static const char *jtype(const cJSON *j)
-{
-    if (!j) return "nothing";
-    if (cJSON_IsNumber(j)) return "number";
-    if (cJSON_IsString(j)) return "string";
-    if (cJSON_IsArray(j)) return "array";
-    if (cJSON_IsObject(j)) return "object";
-    if (cJSON_IsBool(j)) return "boolean";
-    if (cJSON_IsNull(j)) return "null";
-    return "value";
-}
-
 /* An exact integer in [0, 2^53); otherwise false and *why says what is wrong. */
 static bool json_uint(const cJSON *j, uint64_t *v, const char **why)
 {
@@ -321,7 +308,7 @@ static fp4rl_status parse_entry(fp4rl_st *f, const cJSON *e, fp4rl_st_tensor *t,
 {
     const char *src = f->src, *nm = t->name, *why = "";
     if (!cJSON_IsObject(e))
-        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: tensor '%.200s': the entry is a JSON %s, not an object", fn, src, nm, jtype(e));
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: tensor '%.200s': the entry is a JSON %s, not an object", fn, src, nm, fp4rl_json_type(e));
     const cJSON *jd = NULL, *js = NULL, *jo = NULL;
     for (const cJSON *k = e->child; k; k = k->next) {
         const cJSON **slot = !k->string ? NULL
@@ -338,12 +325,12 @@ static fp4rl_status parse_entry(fp4rl_st *f, const cJSON *e, fp4rl_st_tensor *t,
                           !jd ? "dtype" : !js ? "shape" : "data_offsets");
     /* dtype */
     if (!cJSON_IsString(jd))
-        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: tensor '%.200s': dtype is a JSON %s, not a string", fn, src, nm, jtype(jd));
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: tensor '%.200s': dtype is a JSON %s, not a string", fn, src, nm, fp4rl_json_type(jd));
     if (!st_dtype_lookup(jd->valuestring, &t->dtype))
         return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: tensor '%.200s': unknown dtype \"%.40s\"", fn, src, nm, jd->valuestring);
     /* shape */
     if (!cJSON_IsArray(js))
-        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: tensor '%.200s': shape is a JSON %s, not an array", fn, src, nm, jtype(js));
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: tensor '%.200s': shape is a JSON %s, not an array", fn, src, nm, fp4rl_json_type(js));
     int nd = 0;
     bool zero = false;
     for (const cJSON *d = js->child; d; d = d->next, nd++) {
@@ -371,7 +358,7 @@ static fp4rl_status parse_entry(fp4rl_st *f, const cJSON *e, fp4rl_st_tensor *t,
     uint64_t nbytes = numel * fp4rl_st_dtype_size(t->dtype); /* numel <= INT64_MAX / 8: no overflow */
     /* data_offsets */
     if (!cJSON_IsArray(jo))
-        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: tensor '%.200s': data_offsets is a JSON %s, not an array", fn, src, nm, jtype(jo));
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: tensor '%.200s': data_offsets is a JSON %s, not an array", fn, src, nm, fp4rl_json_type(jo));
     const cJSON *jb = jo->child, *je = jb ? jb->next : NULL;
     if (!jb || !je || je->next)
         return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: tensor '%.200s': data_offsets must have exactly 2 elements", fn, src, nm);
@@ -402,7 +389,7 @@ static fp4rl_status parse_entry(fp4rl_st *f, const cJSON *e, fp4rl_st_tensor *t,
 static fp4rl_status parse_metadata(fp4rl_st *f, const cJSON *m, const char *fn)
 {
     if (!cJSON_IsObject(m))
-        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"__metadata__\" is a JSON %s, not an object", fn, f->src, jtype(m));
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"__metadata__\" is a JSON %s, not an object", fn, f->src, fp4rl_json_type(m));
     size_t n = 0;
     for (const cJSON *k = m->child; k; k = k->next) n++;
     f->meta = calloc(n ? n : 1, sizeof *f->meta);
@@ -411,7 +398,7 @@ static fp4rl_status parse_metadata(fp4rl_st *f, const cJSON *m, const char *fn)
         if (!k->string) return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: a \"__metadata__\" entry has no key", fn, f->src);
         if (!cJSON_IsString(k))
             return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"__metadata__\" key '%.200s': the value is a JSON %s, not a string",
-                              fn, f->src, k->string, jtype(k));
+                              fn, f->src, k->string, fp4rl_json_type(k));
         f->meta[f->n_meta].key = k->string;
         f->meta[f->n_meta].value = k->valuestring;
         f->n_meta++;
@@ -428,7 +415,7 @@ static fp4rl_status parse_tree(fp4rl_st *f, const char *fn)
 {
     const char *src = f->src;
     const cJSON *root = f->root, *meta = NULL;
-    if (!cJSON_IsObject(root)) return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: the header is a JSON %s, not an object", fn, src, jtype(root));
+    if (!cJSON_IsObject(root)) return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: the header is a JSON %s, not an object", fn, src, fp4rl_json_type(root));
     size_t count = 0;
     for (const cJSON *c = root->child; c; c = c->next) {
         if (!c->string) return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: a header entry has no key", fn, src);
@@ -825,34 +812,25 @@ static fp4rl_status check_entries(plan *p, const fp4rl_st_write_entry *es, size_
     return FP4RL_OK;
 }
 
-/* Adds item to parent (under key when parent is an object); false (item freed) on failure. */
-static bool jadd(cJSON *parent, const char *key, cJSON *item)
-{
-    if (!item) return false;
-    bool ok = key ? cJSON_AddItemToObject(parent, key, item) : cJSON_AddItemToArray(parent, item);
-    if (!ok) cJSON_Delete(item);
-    return ok;
-}
-
 /* A JSON integer as raw text: cJSON's own number printing rounds beyond 15 digits. */
 static bool jadd_uint(cJSON *parent, const char *key, uint64_t v)
 {
     char buf[32];
     snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
-    return jadd(parent, key, cJSON_CreateRaw(buf));
+    return fp4rl_json_add(parent, key, cJSON_CreateRaw(buf));
 }
 
 static bool add_tensor_json(cJSON *root, const plan *p, const fp4rl_st_write_entry *e)
 {
     size_t k = (size_t)(e - p->base);
     cJSON *o = cJSON_CreateObject();
-    if (!jadd(root, e->name, o)) return false;
+    if (!fp4rl_json_add(root, e->name, o)) return false;
     cJSON *offs = cJSON_CreateArray();
-    if (!jadd(o, "data_offsets", offs) || !jadd_uint(offs, NULL, p->offset[k]) || !jadd_uint(offs, NULL, p->offset[k] + p->nbytes[k]))
+    if (!fp4rl_json_add(o, "data_offsets", offs) || !jadd_uint(offs, NULL, p->offset[k]) || !jadd_uint(offs, NULL, p->offset[k] + p->nbytes[k]))
         return false;
-    if (!jadd(o, "dtype", cJSON_CreateString(entry_file_dtype(e)))) return false;
+    if (!fp4rl_json_add(o, "dtype", cJSON_CreateString(entry_file_dtype(e)))) return false;
     cJSON *shape = cJSON_CreateArray();
-    if (!jadd(o, "shape", shape)) return false;
+    if (!fp4rl_json_add(o, "shape", shape)) return false;
     for (int d = 0; d < e->ndim; d++)
         if (!jadd_uint(shape, NULL, (uint64_t)e->shape[d])) return false;
     return true;
@@ -866,8 +844,8 @@ static fp4rl_status build_header(plan *p, const char *fn)
     for (size_t i = 0; ok && i <= p->n; i++) {
         if (!meta_done && (i == p->n || strcmp("__metadata__", p->by_name[i]->name) < 0)) {
             cJSON *m = cJSON_CreateObject();
-            ok = jadd(root, "__metadata__", m);
-            for (size_t j = 0; ok && j < p->n_meta; j++) ok = jadd(m, p->meta[j]->key, cJSON_CreateString(p->meta[j]->value));
+            ok = fp4rl_json_add(root, "__metadata__", m);
+            for (size_t j = 0; ok && j < p->n_meta; j++) ok = fp4rl_json_add(m, p->meta[j]->key, cJSON_CreateString(p->meta[j]->value));
             meta_done = true;
         }
         if (ok && i < p->n) ok = add_tensor_json(root, p, p->by_name[i]);

@@ -6,24 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cJSON.h>
-
 #include "model/hf_config.h"
+#include "io/json.h"
 #include "io/safetensors.h" /* fp4rl_read_file, fp4rl_utf8_valid */
 
 #define HF_MAX_FILE ((size_t)16 << 20)
 #define HF_MAX_EXACT 9007199254740992.0 /* 2^53 */
-
-static const char *jtype(const cJSON *j)
-{
-    if (cJSON_IsNumber(j)) return "number";
-    if (cJSON_IsString(j)) return "string";
-    if (cJSON_IsArray(j)) return "array";
-    if (cJSON_IsObject(j)) return "object";
-    if (cJSON_IsBool(j)) return "boolean";
-    if (cJSON_IsNull(j)) return "null";
-    return "value";
-}
 
 /* The field, or NULL when it is absent or JSON null (both mean "use the default"). */
 static const cJSON *field(const cJSON *root, const char *key)
@@ -42,7 +30,7 @@ static fp4rl_status get_int(const cJSON *root, const char *key, bool required, i
         return FP4RL_OK;
     }
     if (!cJSON_IsNumber(j))
-        return fp4rl_fail(FP4RL_ERR_CORRUPT, "fp4rl_hf_config_parse: %s: \"%s\" is a JSON %s, not an integer", src, key, jtype(j));
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "fp4rl_hf_config_parse: %s: \"%s\" is a JSON %s, not an integer", src, key, fp4rl_json_type(j));
     double d = j->valuedouble;
     if (!(fabs(d) <= HF_MAX_EXACT) || d != floor(d))
         return fp4rl_fail(FP4RL_ERR_CORRUPT, "fp4rl_hf_config_parse: %s: \"%s\" is %.17g, not an integer in range", src, key, d);
@@ -58,7 +46,7 @@ static fp4rl_status get_double(const cJSON *root, const char *key, double dflt, 
         return FP4RL_OK;
     }
     if (!cJSON_IsNumber(j))
-        return fp4rl_fail(FP4RL_ERR_CORRUPT, "fp4rl_hf_config_parse: %s: \"%s\" is a JSON %s, not a number", src, key, jtype(j));
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "fp4rl_hf_config_parse: %s: \"%s\" is a JSON %s, not a number", src, key, fp4rl_json_type(j));
     *v = j->valuedouble;
     return FP4RL_OK;
 }
@@ -71,7 +59,7 @@ static fp4rl_status get_bool(const cJSON *root, const char *key, int dflt, int *
         return FP4RL_OK;
     }
     if (!cJSON_IsBool(j))
-        return fp4rl_fail(FP4RL_ERR_CORRUPT, "fp4rl_hf_config_parse: %s: \"%s\" is a JSON %s, not true or false", src, key, jtype(j));
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "fp4rl_hf_config_parse: %s: \"%s\" is a JSON %s, not true or false", src, key, fp4rl_json_type(j));
     *v = cJSON_IsTrue(j);
     return FP4RL_OK;
 }
@@ -85,7 +73,7 @@ static fp4rl_status want_string(const cJSON *root, const char *key, const char *
         return FP4RL_OK;
     }
     if (!cJSON_IsString(j))
-        return fp4rl_fail(FP4RL_ERR_CORRUPT, "fp4rl_hf_config_parse: %s: \"%s\" is a JSON %s, not a string", src, key, jtype(j));
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "fp4rl_hf_config_parse: %s: \"%s\" is a JSON %s, not a string", src, key, fp4rl_json_type(j));
     if (strcmp(j->valuestring, want) != 0)
         return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "fp4rl_hf_config_parse: %s: \"%s\" is \"%.100s\"; fp4rl implements \"%s\" only",
                           src, key, j->valuestring, want);
@@ -183,10 +171,10 @@ static fp4rl_status check_identity(const cJSON *root, const char *src)
     const cJSON *a = field(root, "architectures");
     if (a) {
         if (!cJSON_IsArray(a))
-            return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"architectures\" is a JSON %s, not an array", fn, src, jtype(a));
+            return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"architectures\" is a JSON %s, not an array", fn, src, fp4rl_json_type(a));
         for (const cJSON *e = a->child; e; e = e->next) {
             if (!cJSON_IsString(e))
-                return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: an entry of \"architectures\" is a JSON %s, not a string", fn, src, jtype(e));
+                return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: an entry of \"architectures\" is a JSON %s, not a string", fn, src, fp4rl_json_type(e));
             if (strcmp(e->valuestring, "Qwen2ForCausalLM") != 0)
                 return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "%s: %s: \"architectures\" names \"%.100s\"; fp4rl implements Qwen2ForCausalLM only",
                                   fn, src, e->valuestring);
@@ -237,14 +225,14 @@ static fp4rl_status get_rope_theta(const cJSON *root, double *theta, const char 
     const cJSON *rp = field(root, "rope_parameters");
     if (!rp) return FP4RL_OK;
     if (!cJSON_IsObject(rp))
-        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"rope_parameters\" is a JSON %s, not an object", fn, src, jtype(rp));
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"rope_parameters\" is a JSON %s, not an object", fn, src, fp4rl_json_type(rp));
     for (const cJSON *k = rp->child; k; k = k->next)
         if (strcmp(k->string, "rope_type") != 0 && strcmp(k->string, "rope_theta") != 0)
             return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "%s: %s: \"rope_parameters.%.60s\" is set; fp4rl implements plain RoPE only", fn, src,
                               k->string);
     const cJSON *type = field(rp, "rope_type");
     if (type && !cJSON_IsString(type))
-        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"rope_parameters.rope_type\" is a JSON %s, not a string", fn, src, jtype(type));
+        return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"rope_parameters.rope_type\" is a JSON %s, not a string", fn, src, fp4rl_json_type(type));
     if (type && strcmp(type->valuestring, "default") != 0)
         return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "%s: %s: \"rope_parameters.rope_type\" is \"%.60s\"; fp4rl implements \"default\" only",
                           fn, src, type->valuestring);
@@ -273,11 +261,11 @@ static fp4rl_status check_features(const cJSON *root, const fp4rl_hf_config *c, 
     const cJSON *lt = field(root, "layer_types");
     if (lt) {
         if (!cJSON_IsArray(lt))
-            return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"layer_types\" is a JSON %s, not an array", fn, src, jtype(lt));
+            return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"layer_types\" is a JSON %s, not an array", fn, src, fp4rl_json_type(lt));
         int64_t n = 0;
         for (const cJSON *e = lt->child; e; e = e->next, n++) {
             if (!cJSON_IsString(e))
-                return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"layer_types\"[%lld] is a JSON %s, not a string", fn, src, (long long)n, jtype(e));
+                return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"layer_types\"[%lld] is a JSON %s, not a string", fn, src, (long long)n, fp4rl_json_type(e));
             if (strcmp(e->valuestring, "full_attention") != 0)
                 return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "%s: %s: \"layer_types\"[%lld] is \"%.60s\"; fp4rl implements full_attention only",
                                   fn, src, (long long)n, e->valuestring);
@@ -382,7 +370,7 @@ static fp4rl_status parse(fp4rl_hf_config *out, const char *text, size_t len, co
             goto out;
         }
     if (!cJSON_IsObject(root)) {
-        st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: the text is a JSON %s, not an object", fn, src, jtype(root));
+        st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: the text is a JSON %s, not an object", fn, src, fp4rl_json_type(root));
         goto out;
     }
     size_t nk = 0;
@@ -448,32 +436,25 @@ static void fmt_double(char *buf, size_t n, double v)
     if (!frac && strlen(buf) + 3 <= n) strcat(buf, ".0");
 }
 
-static bool jadd(cJSON *o, const char *key, cJSON *item)
-{
-    if (!item) return false;
-    if (cJSON_AddItemToObject(o, key, item)) return true;
-    cJSON_Delete(item);
-    return false;
-}
 static bool jadd_int(cJSON *o, const char *key, int64_t v)
 {
     char buf[32];
     snprintf(buf, sizeof buf, "%lld", (long long)v);
-    return jadd(o, key, cJSON_CreateRaw(buf));
+    return fp4rl_json_add(o, key, cJSON_CreateRaw(buf));
 }
 static bool jadd_double(cJSON *o, const char *key, double v)
 {
     char buf[48];
     fmt_double(buf, sizeof buf, v);
-    return jadd(o, key, cJSON_CreateRaw(buf));
+    return fp4rl_json_add(o, key, cJSON_CreateRaw(buf));
 }
 
 /* Both spellings of the RoPE base: "rope_parameters" for transformers 5, "rope_theta" for 4. */
 static bool jadd_rope(cJSON *o, double theta)
 {
     cJSON *rp = cJSON_CreateObject();
-    return jadd(o, "rope_parameters", rp) && jadd_double(rp, "rope_theta", theta) &&
-           jadd(rp, "rope_type", cJSON_CreateString("default"));
+    return fp4rl_json_add(o, "rope_parameters", rp) && jadd_double(rp, "rope_theta", theta) &&
+           fp4rl_json_add(rp, "rope_type", cJSON_CreateString("default"));
 }
 
 fp4rl_status fp4rl_hf_config_to_json(const fp4rl_hf_config *c, char **out)
@@ -484,14 +465,14 @@ fp4rl_status fp4rl_hf_config_to_json(const fp4rl_hf_config *c, char **out)
     if (st) return st;
     /* Keys in sorted order, as transformers writes them. */
     cJSON *root = cJSON_CreateObject(), *arch = cJSON_CreateArray();
-    bool ok = root && jadd(root, "architectures", arch) && cJSON_AddItemToArray(arch, cJSON_CreateString("Qwen2ForCausalLM"));
+    bool ok = root && fp4rl_json_add(root, "architectures", arch) && cJSON_AddItemToArray(arch, cJSON_CreateString("Qwen2ForCausalLM"));
     if (!root) cJSON_Delete(arch);
     ok = ok && jadd_double(root, "attention_dropout", 0.0);
     if (ok && c->bos_token_id >= 0) ok = jadd_int(root, "bos_token_id", c->bos_token_id);
     if (ok && c->n_eos == 1) ok = jadd_int(root, "eos_token_id", c->eos_token_id[0]);
     if (ok && c->n_eos > 1) {
         cJSON *eos = cJSON_CreateArray();
-        ok = jadd(root, "eos_token_id", eos);
+        ok = fp4rl_json_add(root, "eos_token_id", eos);
         for (int i = 0; ok && i < c->n_eos; i++) {
             char buf[32];
             snprintf(buf, sizeof buf, "%lld", (long long)c->eos_token_id[i]);
@@ -500,14 +481,14 @@ fp4rl_status fp4rl_hf_config_to_json(const fp4rl_hf_config *c, char **out)
             if (!ok) cJSON_Delete(r);
         }
     }
-    ok = ok && jadd_int(root, "head_dim", c->head_dim) && jadd(root, "hidden_act", cJSON_CreateString("silu")) &&
+    ok = ok && jadd_int(root, "head_dim", c->head_dim) && fp4rl_json_add(root, "hidden_act", cJSON_CreateString("silu")) &&
          jadd_int(root, "hidden_size", c->hidden_size) && jadd_int(root, "intermediate_size", c->intermediate_size) &&
          jadd_int(root, "max_position_embeddings", c->max_position_embeddings) &&
-         jadd(root, "model_type", cJSON_CreateString("qwen2")) && jadd_int(root, "num_attention_heads", c->num_attention_heads) &&
+         fp4rl_json_add(root, "model_type", cJSON_CreateString("qwen2")) && jadd_int(root, "num_attention_heads", c->num_attention_heads) &&
          jadd_int(root, "num_hidden_layers", c->num_hidden_layers) && jadd_int(root, "num_key_value_heads", c->num_key_value_heads) &&
          jadd_double(root, "rms_norm_eps", c->rms_norm_eps) && jadd_rope(root, c->rope_theta) && jadd_double(root, "rope_theta", c->rope_theta) &&
-         jadd(root, "tie_word_embeddings", cJSON_CreateBool(c->tie_word_embeddings)) &&
-         jadd(root, "use_sliding_window", cJSON_CreateBool(0)) && jadd_int(root, "vocab_size", c->vocab_size);
+         fp4rl_json_add(root, "tie_word_embeddings", cJSON_CreateBool(c->tie_word_embeddings)) &&
+         fp4rl_json_add(root, "use_sliding_window", cJSON_CreateBool(0)) && jadd_int(root, "vocab_size", c->vocab_size);
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);

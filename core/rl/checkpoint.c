@@ -14,7 +14,6 @@
  * only when it succeeded on every rank.
  */
 #define _GNU_SOURCE /* fsync */
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -25,6 +24,7 @@
 #include <unistd.h>
 
 #include "io/atomic_dir.h"
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "rl/session.h"
 

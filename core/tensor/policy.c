@@ -78,6 +78,11 @@ fp4rl_status fp4rl_quant_policy_set(fp4rl_quant_policy *p, fp4rl_qparam param, i
         if (!fp4rl_tile_ok(f, value))
             return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_quant_policy_set: %s = %lld does not fit the role's format %s, which takes tiles 0 or 64",
                               qparam_names[param], (long long)value, fp4rl_dtype_name(f));
+        /* FORMAT_QK, when set, is quantized with every role's tile too (core/model/model_linear.c) */
+        const int64_t qk = p->v[FP4RL_QP_FORMAT_QK];
+        if (qk >= 0 && !fp4rl_tile_ok((fp4rl_dtype)qk, value))
+            return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_quant_policy_set: %s = %lld does not fit %s = %s",
+                              qparam_names[param], (long long)value, qparam_names[FP4RL_QP_FORMAT_QK], fp4rl_dtype_name((fp4rl_dtype)qk));
         break;
     }
     case FP4RL_QP_SCALE_RULE:
@@ -109,6 +114,11 @@ fp4rl_status fp4rl_quant_policy_set(fp4rl_quant_policy *p, fp4rl_qparam param, i
     case FP4RL_QP_FORMAT_QK:
         if (value != -1 && !is_format(value))
             return bad(param, value, "-1 (as the other linears), FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_NVFP4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP8_E4M3");
+        /* the Q/K projections use this format with each role's tile: it must take all three */
+        for (fp4rl_qparam tp = FP4RL_QP_TILE_WEIGHT; value >= 0 && tp <= FP4RL_QP_TILE_GRADIENT; tp++)
+            if (!fp4rl_tile_ok((fp4rl_dtype)value, p->v[tp]))
+                return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_quant_policy_set: %s = %s does not take %s = %lld; set the tile first",
+                                  qparam_names[param], fp4rl_dtype_name((fp4rl_dtype)value), qparam_names[tp], (long long)p->v[tp]);
         break;
     case FP4RL_QP_TRAIN_NUMERICS:
         if (value != FP4RL_NUMERICS_BF16 && value != FP4RL_NUMERICS_FP4 && value != FP4RL_NUMERICS_FP32)
