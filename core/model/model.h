@@ -53,12 +53,15 @@ static inline float *fp4rl_model_w(const fp4rl_model *m, int p) { return m->w + 
 static inline float *fp4rl_model_g(const fp4rl_model *m, int p) { return m->g + m->params[p].offset; }
 
 /* ---- core/model/model_linear.c: scratch buffers and the linear layer's numerics ---- */
-#define FP4RL_ARENA_MAX 2048
-/* Device buffers freed together; the first failure sticks in `st` and later allocations return NULL. */
-typedef struct fp4rl_arena { fp4rl_context *ctx; void *p[FP4RL_ARENA_MAX]; int n; fp4rl_status st; } fp4rl_arena;
+/* Device buffers freed together (or one by one with fp4rl_arena_release), as many as needed: a
+ * growable list. The first failure sticks in `st` and later allocations return NULL. Zero-initialise
+ * with the context ({.ctx = ctx}); after fp4rl_arena_free the arena is empty and usable again. */
+typedef struct fp4rl_arena { fp4rl_context *ctx; void **p; int n, cap; fp4rl_status st; } fp4rl_arena;
 FP4RL_HIDDEN void *fp4rl_arena_alloc(fp4rl_arena *a, int64_t n_elems, size_t elem);
 FP4RL_HIDDEN float *fp4rl_arena_f32(fp4rl_arena *a, int64_t n);
 FP4RL_HIDDEN float *fp4rl_arena_zeros(fp4rl_arena *a, int64_t n);
+/* Frees one buffer of the arena now (its last reader has run); NULL or a foreign pointer: nothing. */
+FP4RL_HIDDEN void fp4rl_arena_release(fp4rl_arena *a, void *p);
 FP4RL_HIDDEN void fp4rl_arena_free(fp4rl_arena *a);
 
 /* How one GEMM operand is rounded: not at all, to BF16, or FP4/FP8 quantize-dequantize. */
