@@ -41,7 +41,12 @@ struct fp4rl_model {
     float *w, *g, *adam_m, *adam_v;  /* device buffers of `total` floats */
     float *scalar;                   /* device scratch: [0] loss, [1] grad norm, [2] dloss = 1 */
     int rollout_generic;             /* tests: 1 = the rollout never takes its fused linear path */
+    size_t head_chunk_bytes;         /* the LM head's FP32 logits budget per chunk; 0 = FP4RL_HEAD_CHUNK_BYTES */
 };
+
+/* The default byte budget of the LM head's [rows, vocab] FP32 logits and their gradient per chunk
+ * of rows (core/model/model_forward.c). */
+#define FP4RL_HEAD_CHUNK_BYTES ((size_t)256 << 20)
 
 /* Index of the parameter of layer l, kind k (FP4RL_LP_*); of the embedding, final norm, LM head. */
 static inline int fp4rl_model_lp(int l, int k) { return 1 + l * FP4RL_LP_COUNT + k; }
