@@ -38,14 +38,16 @@ static fp4rl_status check_batch(const fp4rl_model *m, const int32_t *tokens, con
     return FP4RL_OK;
 }
 
-/* Rows of the LM head processed at once: its [rows, V] FP32 logits and their gradient within the
- * byte budget (m->head_chunk_bytes, 0 = FP4RL_HEAD_CHUNK_BYTES). One chunk when the batch fits:
+/* Rows of the LM head processed at once: what a chunk holds of [rows, V] within the byte budget
+ * (m->head_chunk_bytes, 0 = FP4RL_HEAD_CHUNK_BYTES). Counted per row: the logits, their gradient,
+ * the gradient's GEMM operand, its BF16 copy (half) and the FP32 widening a backend without BF16
+ * GEMMs makes of it (the CPU: twice, one per backward GEMM). One chunk when the batch fits:
  * then the results are bit-identical to an unchunked head; otherwise the head's weight gradient
  * and the loss are summed over chunks (FP32 sum order). */
 static int64_t head_rows(const fp4rl_model *m, int64_t N)
 {
     const size_t budget = m->head_chunk_bytes ? m->head_chunk_bytes : FP4RL_HEAD_CHUNK_BYTES;
-    const size_t per_row = 2 * (size_t)m->cfg.vocab_size * sizeof(float);
+    const size_t per_row = 11 * (size_t)m->cfg.vocab_size * sizeof(float) / 2;
     const int64_t r = (int64_t)(budget / per_row);
     return r < 1 ? 1 : r > N ? N : r;
 }
