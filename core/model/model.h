@@ -43,7 +43,12 @@ struct fp4rl_model {
     int rollout_generic;             /* tests: 1 = the rollout never takes its fused linear path */
     int n_default_stop;              /* eos ids of a from_pretrained model: sessions' default stop tokens */
     int32_t default_stop[FP4RL_HF_MAX_EOS];
+    size_t head_chunk_bytes;         /* the LM head's FP32 logits budget per chunk; 0 = FP4RL_HEAD_CHUNK_BYTES */
 };
+
+/* The default byte budget of the LM head's [rows, vocab] FP32 logits and their gradient per chunk
+ * of rows (core/model/model_forward.c). */
+#define FP4RL_HEAD_CHUNK_BYTES ((size_t)256 << 20)
 
 /* Index of the parameter of layer l, kind k (FP4RL_LP_*); of the embedding, final norm, LM head. */
 static inline int fp4rl_model_lp(int l, int k) { return 1 + l * FP4RL_LP_COUNT + k; }
@@ -55,12 +60,15 @@ static inline float *fp4rl_model_w(const fp4rl_model *m, int p) { return m->w + 
 static inline float *fp4rl_model_g(const fp4rl_model *m, int p) { return m->g + m->params[p].offset; }
 
 /* ---- core/model/model_linear.c: scratch buffers and the linear layer's numerics ---- */
-#define FP4RL_ARENA_MAX 2048
-/* Device buffers freed together; the first failure sticks in `st` and later allocations return NULL. */
-typedef struct fp4rl_arena { fp4rl_context *ctx; void *p[FP4RL_ARENA_MAX]; int n; fp4rl_status st; } fp4rl_arena;
+/* Device buffers freed together (or one by one with fp4rl_arena_release), as many as needed: a
+ * growable list. The first failure sticks in `st` and later allocations return NULL. Zero-initialise
+ * with the context ({.ctx = ctx}); after fp4rl_arena_free the arena is empty and usable again. */
+typedef struct fp4rl_arena { fp4rl_context *ctx; void **p; int n, cap; fp4rl_status st; } fp4rl_arena;
 FP4RL_HIDDEN void *fp4rl_arena_alloc(fp4rl_arena *a, int64_t n_elems, size_t elem);
 FP4RL_HIDDEN float *fp4rl_arena_f32(fp4rl_arena *a, int64_t n);
 FP4RL_HIDDEN float *fp4rl_arena_zeros(fp4rl_arena *a, int64_t n);
+/* Frees one buffer of the arena now (its last reader has run); NULL or a foreign pointer: nothing. */
+FP4RL_HIDDEN void fp4rl_arena_release(fp4rl_arena *a, void *p);
 FP4RL_HIDDEN void fp4rl_arena_free(fp4rl_arena *a);
 /* The bounds of model hyper-parameter p: NULL when v is allowed, else the allowed range. */
 FP4RL_HIDDEN const char *fp4rl_model_hparam_allowed(int p, double v);

@@ -12,6 +12,7 @@
  * from the high-precision value. dY uses the gradient role (stochastic rounding in the recipes),
  * quantized once per GEMM in 1D (fresh random numbers each) or once in 2D.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/model.h"
@@ -21,9 +22,15 @@
 void *fp4rl_arena_alloc(fp4rl_arena *a, int64_t n_elems, size_t elem)
 {
     if (a->st) return NULL;
-    if (a->n == FP4RL_ARENA_MAX) {
-        a->st = fp4rl_fail(FP4RL_ERR_INTERNAL, "model: scratch arena full");
-        return NULL;
+    if (a->n == a->cap) {
+        const int cap = a->cap ? 2 * a->cap : 64;
+        void **list = realloc(a->p, (size_t)cap * sizeof *list);
+        if (!list) {
+            a->st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "model: out of host memory for the scratch list");
+            return NULL;
+        }
+        a->p = list;
+        a->cap = cap;
     }
     void *p = NULL;
     a->st = a->ctx->be->alloc(a->ctx, &p, (size_t)n_elems * elem);
@@ -39,10 +46,23 @@ float *fp4rl_arena_zeros(fp4rl_arena *a, int64_t n)
     if (p) a->st = a->ctx->be->memset0(a->ctx, p, (size_t)n * sizeof(float));
     return a->st ? NULL : p;
 }
+void fp4rl_arena_release(fp4rl_arena *a, void *p)
+{
+    if (!p) return;
+    for (int i = a->n - 1; i >= 0; i--) /* mostly the latest buffers */
+        if (a->p[i] == p) {
+            a->ctx->be->free(a->ctx, p);
+            memmove(a->p + i, a->p + i + 1, (size_t)(a->n - 1 - i) * sizeof *a->p);
+            a->n--;
+            return;
+        }
+}
 void fp4rl_arena_free(fp4rl_arena *a)
 {
-    for (int i = 0; i < a->n; i++) a->ctx->be->free(a->ctx, a->p[i]);
-    a->n = 0;
+    for (int i = a->n - 1; i >= 0; i--) a->ctx->be->free(a->ctx, a->p[i]);
+    free(a->p);
+    a->p = NULL;
+    a->n = a->cap = 0;
 }
 
 /* ---- GEMM operand numerics ---- */

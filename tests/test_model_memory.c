@@ -1,0 +1,180 @@
+/*
+ * test_model_memory.c - the model at real depths and its activation memory: a deep narrow model
+ * runs a forward, a supervised step and an RL step under every preset (the scratch list has no fixed
+ * size); the LM head in chunks of rows equals the unchunked head.
+ */
+#include "check_run.h"
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "rl/session.h"
+
+static fp4rl_context *ctx;
+static void setup(void)
+{
+    ck_assert_int_eq(fp4rl_context_create(&ctx, FP4RL_DEVICE_CPU, 0), FP4RL_OK);
+    fp4rl_context_set_seed(ctx, 5);
+}
+static void teardown(void) { fp4rl_context_destroy(ctx); }
+
+/* A narrow Qwen2 config of `layers` layers and vocabulary `vocab`. */
+static const char *config(int layers, int vocab)
+{
+    static char json[512];
+    snprintf(json, sizeof json,
+             "{\"model_type\": \"qwen2\", \"vocab_size\": %d, \"hidden_size\": 32, \"intermediate_size\": 64,"
+             " \"num_hidden_layers\": %d, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+             " \"max_position_embeddings\": 128, \"tie_word_embeddings\": true}",
+             vocab, layers);
+    return json;
+}
+
+static fp4rl_quant_policy *preset_policy(fp4rl_preset preset, int bf16)
+{
+    fp4rl_quant_policy *p;
+    ck_assert_int_eq(fp4rl_quant_policy_create(&p), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_quant_policy_apply_preset(p, preset), FP4RL_OK);
+    if (bf16) ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_TRAIN_NUMERICS, FP4RL_NUMERICS_BF16), FP4RL_OK);
+    return p;
+}
+
+static void fill_tokens(int32_t *tok, int64_t n, int vocab)
+{
+    for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 7 + 3) % vocab);
+}
+
+/* A 28-layer model (1.5B's depth) under the HiF4 RL preset, whose 1D blocks need the most scratch
+ * buffers: a forward and a supervised step run (the fixed arena failed from 18 layers on). */
+START_TEST(test_deep_model_runs)
+{
+    fp4rl_quant_policy *p = preset_policy(FP4RL_PRESET_HIF4_RL, 0);
+    fp4rl_model *m;
+    ck_assert_msg(fp4rl_model_create(&m, ctx, config(28, 64), p, 1) == FP4RL_OK, "%s", fp4rl_last_error());
+    int32_t tok[2 * 16];
+    fill_tokens(tok, 32, 64);
+    float logits[2 * 16 * 64];
+    ck_assert_msg(fp4rl_model_logits(m, tok, NULL, 2, 16, logits, sizeof logits) == FP4RL_OK, "%s", fp4rl_last_error());
+    for (int i = 0; i < 2 * 16 * 64; i++) ck_assert(isfinite(logits[i]));
+    double loss = 0, gn = 0;
+    ck_assert_msg(fp4rl_model_train_step(m, tok, NULL, NULL, 2, 16, &loss, &gn) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert(isfinite(loss) && loss > 0 && gn > 0);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+END_TEST
+
+/* A reward that prefers completions with many 7s. */
+static int sevens(void *user, size_t pi, const int32_t *p, size_t pl, const int32_t *c, size_t cl, double *r)
+{
+    (void)user; (void)pi; (void)p; (void)pl;
+    double k = 0;
+    for (size_t i = 0; i < cl; i++) k += c[i] == 7;
+    *r = k;
+    return 0;
+}
+
+/* The 28-layer model: one RL step under every preset and under BF16 numerics. */
+START_TEST(test_deep_rl_step)
+{
+    const fp4rl_preset presets[4] = {FP4RL_PRESET_DEFAULT, FP4RL_PRESET_STABLE_2D_MXFP4, FP4RL_PRESET_HIF4_RL, FP4RL_PRESET_HIF4_RL};
+    for (int k = 0; k < 4; k++) {
+        fp4rl_quant_policy *p = preset_policy(presets[k], k == 3);
+        fp4rl_model *m;
+        ck_assert_msg(fp4rl_model_create(&m, ctx, config(28, 64), p, 1) == FP4RL_OK, "%s", fp4rl_last_error());
+        fp4rl_rl_session *s;
+        ck_assert_int_eq(fp4rl_rl_session_create(&s, ctx, m, p), FP4RL_OK);
+        ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_GROUP_SIZE, 4), FP4RL_OK);
+        ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_MAX_NEW_TOKENS, 6), FP4RL_OK);
+        const int32_t prompts[6] = {1, 2, 3, 4, 5, 6};
+        const size_t off[3] = {0, 3, 6};
+        ck_assert_msg(fp4rl_rl_session_step(s, prompts, off, 2, sevens, NULL) == FP4RL_OK, "case %d: %s", k, fp4rl_last_error());
+        double gn;
+        ck_assert_int_eq(fp4rl_rl_session_metric(s, "grad_norm", &gn), FP4RL_OK);
+        ck_assert_msg(isfinite(gn), "case %d: grad norm %g", k, gn);
+        fp4rl_rl_session_destroy(s);
+        fp4rl_model_destroy(m);
+        fp4rl_quant_policy_destroy(p);
+    }
+}
+END_TEST
+
+/* A per-token loss on the log-probs for the hook path: sum_n w_n logp_n + 0.01 entropy_n. */
+static fp4rl_status weighted_logp(void *user, const float *logp, const float *entropy, float *dlogp, double *loss)
+{
+    const int64_t N = *(const int64_t *)user;
+    double l = 0;
+    for (int64_t n = 0; n < N; n++) {
+        const float w = (float)((n % 5) - 2) / 7.0f;
+        l += w * logp[n] + 0.01 * entropy[n];
+        dlogp[n] = w;
+    }
+    *loss = l;
+    return FP4RL_OK;
+}
+
+/* Gradients, loss, logits and log-probs with the head in chunks of 5 rows (and of 1 row) against
+ * one chunk: equal up to the FP32 sum order of the head's weight gradient. */
+START_TEST(test_chunked_head_equals_unchunked)
+{
+    fp4rl_quant_policy *p = preset_policy(FP4RL_PRESET_HIF4_RL, 0);
+    fp4rl_model *m;
+    ck_assert_msg(fp4rl_model_create(&m, ctx, config(2, 96), p, 3) == FP4RL_OK, "%s", fp4rl_last_error());
+    enum { B = 3, T = 11, V = 96 };
+    int32_t tok[B * T], len[B] = {11, 7, 9};
+    fill_tokens(tok, B * T, V);
+    float mask[B * T];
+    for (int i = 0; i < B * T; i++) mask[i] = (float)(i % 3 != 0);
+    const size_t budget[3] = {0, 5 * 11 * V * sizeof(float) / 2, 1};
+    float *g[3], logits[3][B * T * V], lp[3][B * T];
+    double loss[3], hloss[3];
+    float *hg[3];
+    int64_t N = B * T;
+    const fp4rl_loss_hook hook = {weighted_logp, &N};
+    for (int k = 0; k < 3; k++) {
+        m->head_chunk_bytes = budget[k];
+        fp4rl_context_set_seed(ctx, 9); /* the same stochastic rounding in every run */
+        ck_assert_msg(fp4rl_model_compute_gradients(m, tok, len, mask, B, T, &loss[k]) == FP4RL_OK, "%s", fp4rl_last_error());
+        g[k] = malloc((size_t)m->total * sizeof(float));
+        memcpy(g[k], m->g, (size_t)m->total * sizeof(float));
+        fp4rl_context_set_seed(ctx, 9);
+        ck_assert_msg(fp4rl_model_run(m, tok, len, NULL, B, T, NULL, NULL, 1, &hloss[k], &hook, 0.7f, "test") == FP4RL_OK,
+                      "%s", fp4rl_last_error());
+        hg[k] = malloc((size_t)m->total * sizeof(float));
+        memcpy(hg[k], m->g, (size_t)m->total * sizeof(float));
+        ck_assert_int_eq(fp4rl_model_logits(m, tok, len, B, T, logits[k], sizeof logits[k]), FP4RL_OK);
+        ck_assert_int_eq(fp4rl_model_token_logprobs(m, tok, len, B, T, lp[k], sizeof lp[k]), FP4RL_OK);
+    }
+    for (int k = 1; k < 3; k++) {
+        const double eg = fp4rl_l2rel(g[k], g[0], m->total), eh = fp4rl_l2rel(hg[k], hg[0], m->total);
+        ck_assert_msg(eg <= 1e-6 && eh <= 1e-6, "budget %zu: gradient rel. error %.3g (cross-entropy), %.3g (hook)", budget[k], eg, eh);
+        ck_assert_double_le(fabs(loss[k] - loss[0]), 1e-6 * fabs(loss[0]));
+        ck_assert_double_le(fabs(hloss[k] - hloss[0]), 1e-6 * fabs(hloss[0]));
+        ck_assert_double_le(fp4rl_l2rel(logits[k], logits[0], B * T * V), 1e-6);
+        ck_assert_double_le(fp4rl_l2rel(lp[k], lp[0], B * T), 1e-6);
+    }
+    ck_assert(loss[0] > 0 && hloss[0] != 0);
+    for (int k = 0; k < 3; k++) {
+        free(g[k]);
+        free(hg[k]);
+    }
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("model_memory");
+    TCase *tc = tcase_create("model_memory");
+    tcase_set_timeout(tc, 300);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_deep_model_runs);
+    tcase_add_test(tc, test_deep_rl_step);
+    tcase_add_test(tc, test_chunked_head_equals_unchunked);
+    suite_add_tcase(s, tc);
+    return fp4rl_check_run(s);
+}
