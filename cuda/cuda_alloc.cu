@@ -128,6 +128,7 @@ fp4rl_status fp4rl_cuda_alloc_bytes(fp4rl_context *ctx, void **p, size_t bytes)
         b->in_use = 1;
         a->cached_bytes -= b->size;
         a->used_bytes += b->size;
+        if (a->used_bytes > a->peak_bytes) a->peak_bytes = a->used_bytes;
         *p = q;
         return FP4RL_OK;
     }
@@ -153,6 +154,7 @@ fp4rl_status fp4rl_cuda_alloc_bytes(fp4rl_context *ctx, void **p, size_t bytes)
     }
     l->nblocks++;
     a->used_bytes += size;
+    if (a->used_bytes > a->peak_bytes) a->peak_bytes = a->used_bytes;
     *p = q;
     return FP4RL_OK;
 }
@@ -168,6 +170,15 @@ void fp4rl_cuda_free_bytes(fp4rl_context *ctx, void *p)
     b->in_use = 0;
     a->used_bytes -= b->size;
     a->cached_bytes += b->size;
+}
+
+void fp4rl_cuda_memory_stats(fp4rl_context *ctx, size_t *in_use, size_t *peak, size_t *reserved, int reset_peak)
+{
+    fp4rl_cuda_alloc *a = &fp4rl_cuda_of(ctx)->alloc;
+    if (reset_peak) a->peak_bytes = a->used_bytes;
+    *in_use = a->used_bytes;
+    *peak = a->peak_bytes;
+    *reserved = a->used_bytes + a->cached_bytes;
 }
 
 void fp4rl_cuda_alloc_trim(fp4rl_cuda *cu)

@@ -138,6 +138,7 @@ static const fp4rl_backend cuda_backend = {
     cuda_context_destroy,
     fp4rl_cuda_matmul,
     fp4rl_cuda_allreduce,
+    fp4rl_cuda_memory_stats,
 };
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20) /* what cuBLASLt suggests for Hopper */

@@ -34,6 +34,7 @@ typedef struct fp4rl_cuda_alloc {
     size_t cap, count;        /* slots, live records */
     fp4rl_cuda_free_list lists[FP4RL_CUDA_NBUCKETS];
     size_t cached_bytes, used_bytes;
+    size_t peak_bytes;        /* high-water mark of used_bytes (fp4rl_context_memory) */
 } fp4rl_cuda_alloc;
 
 /* The size a request is served with: 512-byte granules, then four steps per power of two, so
@@ -91,6 +92,8 @@ fp4rl_status fp4rl_cuda_alloc_bytes(fp4rl_context *ctx, void **p, size_t bytes);
 void fp4rl_cuda_free_bytes(fp4rl_context *ctx, void *p);
 /* Returns every cached free block to the driver. */
 void fp4rl_cuda_alloc_trim(fp4rl_cuda *cu);
+/* The backend's memory_stats: used, peak, used + cached bytes. */
+void fp4rl_cuda_memory_stats(fp4rl_context *ctx, size_t *in_use, size_t *peak, size_t *reserved, int reset_peak);
 void fp4rl_cuda_alloc_destroy(fp4rl_cuda *cu);
 
 /* ---- the communicator (comm.cu) ---- */

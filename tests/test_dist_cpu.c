@@ -272,9 +272,11 @@ static void free_out(rank_out *out, int world)
 }
 
 /* Metrics that depend on wall time are not compared. */
+/* measurements of this rank's machine: times, and its context's peak memory */
 static int timed(int i)
 {
-    return i == M_ROLLOUT_TPS || i == M_TRAIN_TPS || i == M_TIME_ROLLOUT || i == M_TIME_TRAIN || i == M_TIME_STEP;
+    return i == M_ROLLOUT_TPS || i == M_TRAIN_TPS || i == M_TIME_ROLLOUT || i == M_TIME_TRAIN || i == M_TIME_STEP ||
+           i == M_PEAK_MEM_GB;
 }
 
 static double max_rel_diff(const float *a, const float *b, int64_t n)

@@ -347,6 +347,34 @@ START_TEST(test_training_reduces_loss)
 }
 END_TEST
 
+/* fp4rl_context_memory counts what the model and its steps hold, and returns to its baseline when
+ * everything made on the context is destroyed. */
+START_TEST(test_context_memory_baseline)
+{
+    size_t base, peak, res, used;
+    ck_assert_int_eq(fp4rl_context_memory(ctx, &base, &peak, &res), FP4RL_OK);
+    ck_assert(res == base && peak >= base);
+    fp4rl_model *m = load_fixture("tied", NULL);
+    int64_t numel;
+    fp4rl_model_get_info(m, FP4RL_MI_NUM_PARAMETERS, &numel);
+    ck_assert_int_eq(fp4rl_context_memory(ctx, &used, NULL, NULL), FP4RL_OK);
+    ck_assert_msg(used >= base + 4 * (size_t)numel * sizeof(float), "in use %zu, %lld params", used, (long long)numel);
+    int32_t tok[2 * 8];
+    for (int i = 0; i < 16; i++) tok[i] = (i * 5 + 1) % 80;
+    double loss, gn;
+    ck_assert_msg(fp4rl_model_train_step(m, tok, NULL, NULL, 2, 8, &loss, &gn) == FP4RL_OK, "%s", fp4rl_last_error());
+    fp4rl_model_destroy(m);
+    ck_assert_int_eq(fp4rl_context_memory(ctx, &used, &peak, &res), FP4RL_OK);
+    ck_assert_msg(used == base, "in use %zu after destroy, baseline %zu", used, base);
+    ck_assert(peak > base + 4 * (size_t)numel * sizeof(float) && res == used);
+    ck_assert_int_eq(fp4rl_context_reset_peak_memory(ctx), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_context_memory(ctx, NULL, &peak, NULL), FP4RL_OK);
+    ck_assert(peak == used);
+    ck_assert_int_eq(fp4rl_context_memory(NULL, &used, NULL, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(fp4rl_context_reset_peak_memory(NULL), FP4RL_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model");
@@ -360,6 +388,7 @@ int main(void)
     tcase_add_test(tc, test_save_load_roundtrip);
     tcase_add_test(tc, test_token_logprobs);
     tcase_add_test(tc, test_training_reduces_loss);
+    tcase_add_test(tc, test_context_memory_baseline);
     suite_add_tcase(s, tc);
     return fp4rl_check_run(s);
 }

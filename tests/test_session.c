@@ -101,6 +101,8 @@ START_TEST(test_mismatch_bf16_vs_fp4)
     ck_assert_msg(bf16_max < 1e-4, "BF16/BF16 mismatch max %.3g", bf16_max);
     ck_assert_double_lt(fabs(metric(s, "tis/mean") - 1.0), 1e-3);
     ck_assert_double_eq(metric(s, "quant/act_zero_frac"), 0.0);
+    /* the peak of the context (model, rollout, trainer) after a step holds at least w, g, m and v */
+    ck_assert_double_gt(metric(s, "perf/peak_memory_gb"), 0.0);
     fp4rl_rl_session_destroy(s);
     fp4rl_model_destroy(m);
     fp4rl_quant_policy_destroy(p);

@@ -98,6 +98,7 @@ FP4RLPY_OUT(double, PyFloat_FromDouble)
 %apply int64_t *OUT { int64_t *value, int64_t *steps };
 %apply int *OUT { int *tile, int *rank, int *world_size };
 %apply size_t *OUT { size_t *codes_bytes, size_t *scales_bytes, size_t *n, size_t *length, size_t *prompt_index };
+%apply size_t *OUT { size_t *in_use, size_t *peak, size_t *reserved };
 %apply float *OUT { float *tensor_scale };
 %apply double *OUT { double *value, double *rel_mse, double *underflow_frac, double *saturated_frac, double *nan_block_frac,
                      double *loss, double *grad_norm };

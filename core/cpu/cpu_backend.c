@@ -1,4 +1,5 @@
 /* cpu_backend.c - the CPU backend: host memory and the OpenBLAS GEMM. */
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,14 +8,37 @@
 #include "cpu/cpu_internal.h"
 #include "format/formats.h"
 
+/* The context's byte counts (ctx->impl, made by its first allocation): malloc_usable_size of each
+ * live block, so a free subtracts what its allocation added. */
+typedef struct cpu_mem {
+    size_t in_use, peak;
+} cpu_mem;
+
 static fp4rl_status cpu_alloc(fp4rl_context *ctx, void **p, size_t bytes)
 {
-    (void)ctx;
+    if (!ctx->impl && !(ctx->impl = calloc(1, sizeof(cpu_mem))))
+        return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "out of host memory for the CPU context's counters");
     *p = malloc(bytes ? bytes : 1);
     if (!*p) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "out of host memory allocating %zu bytes", bytes);
+    cpu_mem *m = ctx->impl;
+    m->in_use += malloc_usable_size(*p);
+    if (m->in_use > m->peak) m->peak = m->in_use;
     return FP4RL_OK;
 }
-static void cpu_free(fp4rl_context *ctx, void *p) { (void)ctx; free(p); }
+static void cpu_free(fp4rl_context *ctx, void *p)
+{
+    if (!p) return;
+    ((cpu_mem *)ctx->impl)->in_use -= malloc_usable_size(p); /* p came from cpu_alloc: impl exists */
+    free(p);
+}
+static void cpu_memory_stats(fp4rl_context *ctx, size_t *in_use, size_t *peak, size_t *reserved, int reset_peak)
+{
+    cpu_mem zero = {0, 0}, *m = ctx->impl ? ctx->impl : &zero;
+    if (reset_peak) m->peak = m->in_use;
+    *in_use = m->in_use;
+    *peak = m->peak;
+    *reserved = m->in_use;
+}
 static fp4rl_status cpu_copy(fp4rl_context *ctx, void *dst, const void *src, size_t bytes)
 {
     (void)ctx;
@@ -63,7 +87,11 @@ static fp4rl_status cpu_gemm_nt(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl
     return st;
 }
 
-static void cpu_context_destroy(fp4rl_context *ctx) { (void)ctx; }
+static void cpu_context_destroy(fp4rl_context *ctx)
+{
+    free(ctx->impl);
+    ctx->impl = NULL;
+}
 
 const fp4rl_backend fp4rl_cpu_backend = {
     .name = "cpu",
@@ -77,4 +105,5 @@ const fp4rl_backend fp4rl_cpu_backend = {
     .transpose = fp4rl_cpu_transpose,
     .gemm_nt = cpu_gemm_nt,
     .context_destroy = cpu_context_destroy,
+    .memory_stats = cpu_memory_stats,
 };

@@ -20,7 +20,7 @@ static const char *const metric_names[M_COUNT] = {
     "mismatch/logp_abs_diff_max", "mismatch/k3_kl", "entropy", "response_length/mean", "response_length/max",
     "response_length/clipped_frac", "grad_norm", "lr", "quant/act_zero_frac", "perf/rollout_tokens_per_s",
     "perf/train_tokens_per_s", "time/rollout_s", "time/train_s", "time/step_s", "kl/k3",
-    "io/metrics_write_error",
+    "io/metrics_write_error", "perf/peak_memory_gb",
 };
 
 static const char *const param_names[FP4RL_RL_PARAM_COUNT] = {
@@ -459,6 +459,10 @@ static void set_metrics(fp4rl_rl_session *s, const double *sum, const double *mx
     M[M_TIME_STEP] = rollout_s + train_s;
     M[M_ROLLOUT_TPS] = rollout_s > 0 ? n * M[M_RESP_LEN_MEAN] / rollout_s : 0;
     M[M_TRAIN_TPS] = train_s > 0 ? sum[S_TRAIN_TOKENS] / train_s : 0;
+    /* this rank's context: the high-water mark since its creation or last reset_peak_memory (1e9 bytes) */
+    size_t peak = 0;
+    fp4rl_context_memory(s->ctx, NULL, &peak, NULL);
+    M[M_PEAK_MEM_GB] = (double)peak * 1e-9;
 }
 
 static fp4rl_status append_metrics_line(const fp4rl_rl_session *s);

@@ -77,3 +77,23 @@ fp4rl_status fp4rl_context_set_rng_offset(fp4rl_context *ctx, uint64_t offset)
 }
 
 int fp4rl_context_device(const fp4rl_context *ctx) { return ctx ? (int)ctx->device : -1; }
+
+fp4rl_status fp4rl_context_memory(const fp4rl_context *ctx, size_t *in_use, size_t *peak, size_t *reserved)
+{
+    if (!ctx) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_context_memory: context is NULL");
+    size_t u, p, r;
+    /* the counts are host state: readable on a poisoned context too; reset_peak = 0 writes nothing */
+    ctx->be->memory_stats((fp4rl_context *)ctx, &u, &p, &r, 0);
+    if (in_use) *in_use = u;
+    if (peak) *peak = p;
+    if (reserved) *reserved = r;
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_context_reset_peak_memory(fp4rl_context *ctx)
+{
+    if (!ctx) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_context_reset_peak_memory: context is NULL");
+    size_t u, p, r;
+    ctx->be->memory_stats(ctx, &u, &p, &r, 1);
+    return FP4RL_OK;
+}

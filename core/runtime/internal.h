@@ -103,6 +103,8 @@ typedef struct fp4rl_backend {
      * stream order: every rank calls it at the same point. The result is bit-identical on every
      * rank. Host kinds return when the result is in `buf`. */
     fp4rl_status (*allreduce)(fp4rl_context *ctx, void *buf, int64_t n, fp4rl_reduce_kind kind);
+    /* Bytes held by the context (fp4rl_context_memory); reset_peak != 0 first sets peak = in use. */
+    void (*memory_stats)(fp4rl_context *ctx, size_t *in_use, size_t *peak, size_t *reserved, int reset_peak);
 } fp4rl_backend;
 
 struct fp4rl_context {

@@ -91,6 +91,15 @@ FP4RL_API fp4rl_status fp4rl_context_get_rng(const fp4rl_context *ctx, uint64_t 
 FP4RL_API fp4rl_status fp4rl_context_set_rng_offset(fp4rl_context *ctx, uint64_t offset);
 /* The context's device, or -1 for a NULL context. */
 FP4RL_API int fp4rl_context_device(const fp4rl_context *ctx);
+/* Bytes of the context's device memory held by fp4rl (tensors, models, sessions and their
+ * scratch): `in_use` now, `peak` the high-water mark of in_use since the context was created or
+ * the last fp4rl_context_reset_peak_memory, `reserved` what the context holds from the device
+ * (on CUDA in_use plus the blocks its caching allocator keeps for reuse; on the CPU equal to
+ * in_use). Sizes are those of the allocations as made (the CUDA allocator's bucket sizes, the C
+ * library's usable sizes). Any output pointer may be NULL. */
+FP4RL_API fp4rl_status fp4rl_context_memory(const fp4rl_context *ctx, size_t *in_use, size_t *peak, size_t *reserved);
+/* Sets the peak of fp4rl_context_memory to the bytes in use now. */
+FP4RL_API fp4rl_status fp4rl_context_reset_peak_memory(fp4rl_context *ctx);
 
 /* ---------------------------------------------------------------------------------------------
  * Data parallelism over several GPUs (NCCL)

@@ -367,3 +367,15 @@ def test_checkpoint_resume_is_bit_identical(ctx, tmp_path):
         with pytest.raises(fp4rl.CorruptError):
             s2.load(tmp_path / "ckpt")
         assert (s2.model.get_param("model.layers.1.mlp.down_proj.weight") == want).all()
+
+
+def test_context_memory_returns_to_baseline(ctx):
+    base, peak, reserved = ctx.memory()
+    assert reserved == base and peak >= base
+    t = ctx.tensor(np.zeros((256, 256), dtype=np.float32))
+    assert ctx.memory()[0] >= base + 256 * 256 * 4
+    t.close()
+    used, peak, _ = ctx.memory()
+    assert used == base and peak >= base + 256 * 256 * 4
+    ctx.reset_peak_memory()
+    assert ctx.memory()[1] == base

@@ -123,6 +123,31 @@ function set_rng_offset!(ctx::Context, offset::Integer)
     return ctx
 end
 
+"""
+    memory(ctx) -> (in_use = Int, peak = Int, reserved = Int)
+
+Bytes of the context's device memory held by fp4rl: in use now, the high-water mark, and what its
+caching allocator holds (equal to in_use on the CPU).
+"""
+function memory(ctx::Context)
+    u = Ref{Csize_t}(0)
+    p = Ref{Csize_t}(0)
+    r = Ref{Csize_t}(0)
+    _with(ctx) do
+        _check(ccall((:fp4rl_context_memory, libfp4rl()), Cint, (Ptr{Cvoid}, Ref{Csize_t}, Ref{Csize_t}, Ref{Csize_t}),
+                     ctx, u, p, r))
+    end
+    return (in_use = Int(u[]), peak = Int(p[]), reserved = Int(r[]))
+end
+
+"`reset_peak_memory!(ctx)`: sets the peak of [`memory`](@ref) to the bytes in use now."
+function reset_peak_memory!(ctx::Context)
+    _with(ctx) do
+        _check(ccall((:fp4rl_context_reset_peak_memory, libfp4rl()), Cint, (Ptr{Cvoid},), ctx))
+    end
+    return ctx
+end
+
 function Base.show(io::IO, ctx::Context)
     if ctx.released
         print(io, "FP4RL.Context(closed)")

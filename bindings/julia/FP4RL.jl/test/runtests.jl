@@ -107,6 +107,16 @@ end
     end
     # data parallelism: a plain context is rank 0 of 1; bad ranks and ids are rejected up front
     @test FP4RL.rank(ctx) == (rank = 0, world_size = 1)
+    # memory statistics: a tensor is counted while it lives, the baseline comes back after it
+    base = memory(ctx)
+    @test base.reserved == base.in_use && base.peak >= base.in_use
+    t = Tensor(ctx, zeros(Float32, 256, 256))
+    @test memory(ctx).in_use >= base.in_use + 256 * 256 * 4
+    close(t)
+    m = memory(ctx)
+    @test m.in_use == base.in_use && m.peak >= base.in_use + 256 * 256 * 4
+    reset_peak_memory!(ctx)
+    @test memory(ctx).peak == base.in_use
     throws_status(() -> distributed_context(0, 2, 2, zeros(UInt8, FP4RL.NCCL_UNIQUE_ID_BYTES)), FP4RL.ERR_INVALID_ARGUMENT)
     throws_status(() -> distributed_context(0, 0, 1, zeros(UInt8, 4)), FP4RL.ERR_INVALID_ARGUMENT)
     try

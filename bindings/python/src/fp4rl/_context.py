@@ -85,6 +85,16 @@ class Context(_Owned):
         """(seed, offset): a run is replayable from these."""
         return capi.fp4rl_context_get_rng(self._h)
 
+    # ---- memory statistics ----
+    def memory(self) -> tuple[int, int, int]:
+        """(in_use, peak, reserved): bytes of the context's device memory held by fp4rl now, the
+        high-water mark, and what its caching allocator holds (in_use on the CPU)."""
+        return capi.fp4rl_context_memory(self._h)
+
+    def reset_peak_memory(self) -> None:
+        """Sets the peak of :meth:`memory` to the bytes in use now."""
+        capi.fp4rl_context_reset_peak_memory(self._h)
+
     # ---- tensors ----
     def tensor(self, data, dtype: str | None = None) -> "Tensor":
         """A dense tensor with a copy of ``data`` (any array-like). A C-contiguous array of the

@@ -250,6 +250,8 @@ extern "C" {
     pub fn fp4rl_context_get_rng(ctx: *const fp4rl_context, seed: *mut u64, offset: *mut u64) -> fp4rl_status;
     pub fn fp4rl_context_set_rng_offset(ctx: *mut fp4rl_context, offset: u64) -> fp4rl_status;
     pub fn fp4rl_context_device(ctx: *const fp4rl_context) -> c_int;
+    pub fn fp4rl_context_memory(ctx: *const fp4rl_context, in_use: *mut usize, peak: *mut usize, reserved: *mut usize) -> fp4rl_status;
+    pub fn fp4rl_context_reset_peak_memory(ctx: *mut fp4rl_context) -> fp4rl_status;
 
     // Data parallelism (NCCL)
     pub fn fp4rl_nccl_unique_id(id_bytes: *mut c_void, n_bytes: usize) -> fp4rl_status;

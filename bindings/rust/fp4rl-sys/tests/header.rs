@@ -738,6 +738,8 @@ fn every_function_links() {
         addr!(fp4rl_context_get_rng),
         addr!(fp4rl_context_set_rng_offset),
         addr!(fp4rl_context_device),
+        addr!(fp4rl_context_memory),
+        addr!(fp4rl_context_reset_peak_memory),
         addr!(fp4rl_nccl_unique_id),
         addr!(fp4rl_context_create_distributed),
         addr!(fp4rl_context_get_rank),

@@ -40,6 +40,17 @@ pub struct RngState {
     pub offset: u64,
 }
 
+/// Bytes of a context's device memory held by fp4rl (see `Context::memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// In use now.
+    pub in_use: usize,
+    /// The high-water mark of `in_use` since creation or the last `reset_peak_memory`.
+    pub peak: usize,
+    /// Held from the device, the caching allocator's free blocks included (`in_use` on the CPU).
+    pub reserved: usize,
+}
+
 impl Context {
     /// A context on `device`; `ordinal` picks the GPU (0 for the CPU). A CUDA context on a
     /// machine without a usable GPU is [`Status::Device`](crate::Status::Device); in a library
@@ -113,6 +124,20 @@ impl Context {
         // SAFETY: a live handle and valid out-pointers.
         check(unsafe { sys::fp4rl_context_get_rng(self.raw.as_ptr(), &mut seed, &mut offset) })?;
         Ok(RngState { seed, offset })
+    }
+
+    /// The bytes of device memory fp4rl holds on this context.
+    pub fn memory(&self) -> Result<MemoryStats> {
+        let (mut in_use, mut peak, mut reserved) = (0, 0, 0);
+        // SAFETY: a live handle and valid out-pointers.
+        check(unsafe { sys::fp4rl_context_memory(self.raw.as_ptr(), &mut in_use, &mut peak, &mut reserved) })?;
+        Ok(MemoryStats { in_use, peak, reserved })
+    }
+
+    /// Sets the peak of `memory` to the bytes in use now.
+    pub fn reset_peak_memory(&self) -> Result<()> {
+        // SAFETY: a live handle.
+        check(unsafe { sys::fp4rl_context_reset_peak_memory(self.raw.as_ptr()) })
     }
 
     /// Sets the random offset (to replay a run from a (seed, offset) pair).

@@ -35,7 +35,7 @@ mod policy;
 mod session;
 mod tensor;
 
-pub use context::{nccl_unique_id, Context, RngState};
+pub use context::{nccl_unique_id, Context, MemoryStats, RngState};
 pub use enums::{DType, Device, MParam, ModelInfo, Numerics, Preset, QParam, Resq, RlParam, Role, Rounding, ScaleRule};
 pub use error::{Error, Result, Status};
 pub use model::{Model, TrainStep};

@@ -87,6 +87,22 @@ fn enums_round_trip_through_raw_values() {
 }
 
 #[test]
+fn context_memory_returns_to_baseline() -> Result<()> {
+    let ctx = Context::cpu()?;
+    let base = ctx.memory()?;
+    assert!(base.reserved == base.in_use && base.peak >= base.in_use);
+    let t = Tensor::from_slice(&ctx, &vec![0.0f32; 256 * 256], &[256, 256])?;
+    assert!(ctx.memory()?.in_use >= base.in_use + 256 * 256 * 4);
+    drop(t);
+    let m = ctx.memory()?;
+    assert_eq!(m.in_use, base.in_use, "a destroyed tensor gives its bytes back");
+    assert!(m.peak >= base.in_use + 256 * 256 * 4);
+    ctx.reset_peak_memory()?;
+    assert_eq!(ctx.memory()?.peak, base.in_use);
+    Ok(())
+}
+
+#[test]
 fn context_cpu_and_random_state() -> Result<()> {
     let ctx = Context::cpu()?;
     assert_eq!(ctx.device(), Device::Cpu);
