@@ -10,6 +10,7 @@
 
 #include "cpu/cpu_internal.h"
 #include "format/formats.h"
+#include "tensor/qlayout.h"
 
 /* Element (r, c) of a dense F32/BF16 source, as binary32 (exact for BF16). */
 static inline float src_at(const fp4rl_tensor *src, int64_t i)
@@ -26,20 +27,6 @@ static inline void put_code(const fp4rl_qdesc *d, uint8_t *codes, int64_t r, int
     }
     uint8_t *b = &codes[r * d->row_bytes + c / 2];
     *b = (c & 1) ? (uint8_t)((*b & 0x0f) | (code << 4)) : (uint8_t)((*b & 0xf0) | code);
-}
-
-FP4RL_HIDDEN uint8_t fp4rl_cpu_get_code(const fp4rl_qdesc *d, const uint8_t *codes, int64_t r, int64_t c)
-{
-    if (d->dtype == FP4RL_DTYPE_MXFP8_E4M3) return codes[r * d->row_bytes + c];
-    uint8_t b = codes[r * d->row_bytes + c / 2];
-    return (c & 1) ? (uint8_t)(b >> 4) : (uint8_t)(b & 0x0f);
-}
-
-/* Index of the scale of element (r, c) for MX / NVFP4 (1D block or 2D tile). */
-static inline int64_t scale_index(const fp4rl_qdesc *d, int64_t r, int64_t c)
-{
-    if (d->tile) return (r / d->tile) * d->scale_cols + c / d->tile;
-    return r * d->scale_cols + c / d->block;
 }
 
 /* Stochastic-rounding uniforms, one Philox call per 4 consecutive indices. */
@@ -103,7 +90,7 @@ static void quantize_scaled(fp4rl_tensor *q, const fp4rl_tensor *src, const fp4r
     memset(codes, 0, fp4rl_qdesc_codes_bytes(d));
     for (int64_t r = 0; r < R; r++)
         for (int64_t c = 0; c < C; c++) {
-            uint8_t s = scales[scale_index(d, r, c)];
+            uint8_t s = scales[fp4rl_q_scale_index(d, r, c)];
             float x = src_at(src, r * C + c);
             float u = p->stochastic ? sr_next(&rs, (uint64_t)(r * C + c)) : -1.0f;
             uint8_t code;
@@ -189,29 +176,13 @@ fp4rl_status fp4rl_cpu_quantize(fp4rl_context *ctx, fp4rl_tensor *q, const fp4rl
 }
 
 /* The dequantized value of element (r, c); unscaled skips NVFP4's g. */
-FP4RL_HIDDEN float fp4rl_cpu_deq_at(const fp4rl_tensor *q, int64_t r, int64_t c, int unscaled)
-{
-    const fp4rl_qdesc *d = &q->q;
-    uint8_t code = fp4rl_cpu_get_code(d, q->data, r, c);
-    switch (d->dtype) {
-    case FP4RL_DTYPE_HIF4:
-        return fp4rl_hif4_decode(code, ((const uint32_t *)q->scales)[r * d->scale_cols + c / 64], (int)(c % 64));
-    case FP4RL_DTYPE_NVFP4: {
-        uint8_t s = ((const uint8_t *)q->scales)[scale_index(d, r, c)];
-        return unscaled ? fp4rl_nvfp4_decode_unscaled(code, s) : fp4rl_nvfp4_decode(code, s, q->tensor_scale);
-    }
-    default:
-        return fp4rl_mx_decode(code, ((const uint8_t *)q->scales)[scale_index(d, r, c)], d->dtype == FP4RL_DTYPE_MXFP8_E4M3);
-    }
-}
-
 fp4rl_status fp4rl_cpu_dequantize(fp4rl_context *ctx, fp4rl_tensor *out, const fp4rl_tensor *q, int unscaled)
 {
     (void)ctx;
     const int64_t R = q->q.rows, C = q->q.cols;
     for (int64_t r = 0; r < R; r++)
         for (int64_t c = 0; c < C; c++) {
-            float v = fp4rl_cpu_deq_at(q, r, c, unscaled);
+            float v = fp4rl_q_value(q, r, c, unscaled);
             if (out->dtype == FP4RL_DTYPE_F32) ((float *)out->data)[r * C + c] = v;
             else ((uint16_t *)out->data)[r * C + c] = fp4rl_f32_to_bf16(v);
         }
@@ -262,7 +233,7 @@ fp4rl_status fp4rl_cpu_transpose(fp4rl_context *ctx, fp4rl_tensor *out, const fp
     const fp4rl_qdesc *d = &t->q, *od = &out->q;
     memset(out->data, 0, fp4rl_qdesc_codes_bytes(od));
     for (int64_t r = 0; r < d->rows; r++)
-        for (int64_t c = 0; c < d->cols; c++) put_code(od, out->data, c, r, fp4rl_cpu_get_code(d, t->data, r, c));
+        for (int64_t c = 0; c < d->cols; c++) put_code(od, out->data, c, r, fp4rl_q_code(d, t->data, r, c));
     if (d->dtype == FP4RL_DTYPE_HIF4) {
         uint32_t *ow = out->scales;
         for (int64_t c = 0; c < od->rows; c++)

@@ -2,8 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/cpu_internal.h"
 #include "format/formats.h"
+#include "tensor/qlayout.h"
 
 /* Block id of element (r, c), and the number of blocks. */
 static int64_t block_of(const fp4rl_qdesc *d, int64_t r, int64_t c)
@@ -23,11 +23,11 @@ static int64_t block_count(const fp4rl_qdesc *d)
 static int clipped(const fp4rl_tensor *q, int64_t r, int64_t c, float x)
 {
     const fp4rl_qdesc *d = &q->q;
-    uint8_t code = fp4rl_cpu_get_code(d, q->data, r, c);
+    uint8_t code = fp4rl_q_code(d, q->data, r, c);
     uint8_t top = d->dtype == FP4RL_DTYPE_MXFP8_E4M3 ? 0x7e : 0x7;
     uint8_t mag = d->dtype == FP4RL_DTYPE_MXFP8_E4M3 ? (uint8_t)(code & 0x7f) : (uint8_t)(code & 0x7);
     if (mag != top) return 0;
-    return fabsf(x) > fabsf(fp4rl_cpu_deq_at(q, r, c, 0));
+    return fabsf(x) > fabsf(fp4rl_q_value(q, r, c, 0));
 }
 
 fp4rl_status fp4rl_quant_error(const fp4rl_tensor *src, const fp4rl_tensor *q, double *rel_mse, double *underflow_frac,
@@ -61,7 +61,7 @@ fp4rl_status fp4rl_quant_error(const fp4rl_tensor *src, const fp4rl_tensor *q, d
             for (int64_t c = 0; c < d->cols; c++) {
                 int64_t i = r * d->cols + c, blk = block_of(d, r, c);
                 float x = hs->dtype == FP4RL_DTYPE_F32 ? ((float *)hs->data)[i] : fp4rl_bf16_to_f32(((uint16_t *)hs->data)[i]);
-                float y = fp4rl_cpu_deq_at(hq, r, c, 0);
+                float y = fp4rl_q_value(hq, r, c, 0);
                 if (y != y) { flags[blk] |= 1; continue; }
                 se += ((double)x - y) * ((double)x - y);
                 sx += (double)x * x;

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (binaries built here for sm_90a and carried as .devrun/pkg.tar.xz by
+# tools/devpack.sh): the GPU suites, the transformers-5 fixtures and the check that transformers
+# reads what fp4rl_model_save_pretrained writes, and the scale benchmark. Logs land in $OUT.
+# Usage: bash bench/device_check.sh [fixtures] [gpu] [pretrained] [scale ARGS...]
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /tmp/fp4rl && tar xJf .devrun/pkg.tar.xz -C /tmp/fp4rl
+# the test binaries name their fixtures by the build machine's source path
+[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+lt=$(dirname "$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)")
+nccl=$(dirname "$(find / -name 'libnccl.so.2*' -not -path '/proc/*' 2>/dev/null | head -1)" 2>/dev/null)
+export LD_LIBRARY_PATH=/tmp/fp4rl/pkg/lib:$lt:${nccl:-}:${LD_LIBRARY_PATH:-}
+export OPENBLAS_NUM_THREADS=1 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+bin=/tmp/fp4rl/pkg/bin
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+while [ $# -gt 0 ]; do
+  step=$1; shift
+  case $step in
+  fixtures) # tests/fixtures/qwen2_hf5 with the machine's torch + transformers 5, returned as a tarball
+    python3 tests/fixtures/gen_hf5.py /tmp/qwen2_hf5 2>&1 | tail -3 &&
+      tar czf "$OUT/qwen2_hf5.tgz" -C /tmp qwen2_hf5 && du -sh /tmp/qwen2_hf5/* ;;
+  gpu)
+    for t in test_ops_parity test_parity test_rl_parity test_dist test_model_memory test_pretrained test_model test_session; do
+      [ -x $bin/$t ] || continue
+      (cd /tmp && timeout 240 $bin/$t) > "$OUT/$t.log" 2>&1
+      echo "$t rc=$? $(grep -E '^[0-9]+%: Checks' "$OUT/$t.log" | tail -1)"
+    done ;;
+  pretrained)
+    (cd /tmp && timeout 120 $bin/fp4rl_load_time /work/main/tests/fixtures/qwen2/gqa --cpu --save /tmp/fp4rl_saved) 2>&1 | tail -3
+    timeout 120 python3 tests/fixtures/check_saved_with_hf.py /tmp/fp4rl_saved 2>&1 | grep -v Warning | tail -2 ;;
+  scale) # the rest of the arguments go to bench/device_scale.sh
+    bash bench/device_scale.sh "$@"; exit ;;
+  esac
+done
