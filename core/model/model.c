@@ -1,8 +1,10 @@
 /* model.c - fp4rl_model: creation from an HF config, parameters, weights I/O, AdamW steps. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "format/formats.h"
 #include "model/model.h"
@@ -47,30 +49,85 @@ static void layout_params(fp4rl_model *m)
     if (!c->tie_word_embeddings) add_param(m, "lm_head.weight", c->vocab_size, C);
 }
 
-/* HF's init: normal(0, 0.02) for weights, zero biases, unit norms; from a Philox stream on the
- * host, so every backend starts from the same bits. */
-static void init_params(const fp4rl_model *m, float *w, uint64_t seed)
+/* HF's init: normal(0, 0.02) for weights, zero biases, unit norms. Element k of the parameter
+ * buffer depends only on (seed, k): weights come in pairs (j, j + 1) of a parameter from one
+ * Philox4x32-10 call at counter (offset + j) / 2 and a Box-Muller transform. So any split of the
+ * buffer into ranges, on any number of threads, gives the same bits on every backend. */
+static void init_range(const fp4rl_model *m, float *dst, int64_t begin, int64_t end, uint64_t seed)
 {
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
     for (int i = 0; i < m->n_params; i++) {
         const fp4rl_param *p = &m->params[i];
-        for (int64_t j = 0; j < p->numel; j += 2) {
-            float *dst = w + p->offset + j;
-            if (p->is_norm || p->is_bias) {
-                dst[0] = p->is_norm ? 1.0f : 0.0f;
-                if (j + 1 < p->numel) dst[1] = dst[0];
-                continue;
-            }
+        const int64_t lo = p->offset > begin ? p->offset : begin;
+        const int64_t hi = p->offset + p->numel < end ? p->offset + p->numel : end;
+        if (lo >= hi) continue;
+        if (p->is_norm || p->is_bias) {
+            for (int64_t k = lo; k < hi; k++) dst[k - begin] = p->is_norm ? 1.0f : 0.0f;
+            continue;
+        }
+        for (int64_t j = (lo - p->offset) & ~(int64_t)1; p->offset + j < hi; j += 2) {
             const uint64_t c = (uint64_t)(p->offset + j) >> 1;
             const uint32_t ctr[4] = {(uint32_t)c, (uint32_t)(c >> 32), 0x6d6f64u /* "mod" */, 0};
             uint32_t o[4];
             fp4rl_philox4x32_10(ctr, key, o);
             const double u1 = ((double)o[0] + 1.0) * 0x1p-32, u2 = (double)o[1] * 0x1p-32;
             const double r = sqrt(-2.0 * log(u1));
-            dst[0] = (float)(0.02 * r * cos(6.283185307179586 * u2));
-            if (j + 1 < p->numel) dst[1] = (float)(0.02 * r * sin(6.283185307179586 * u2));
+            const int64_t k = p->offset + j;
+            if (k >= lo) dst[k - begin] = (float)(0.02 * r * cos(6.283185307179586 * u2));
+            if (k + 1 < hi) dst[k + 1 - begin] = (float)(0.02 * r * sin(6.283185307179586 * u2));
         }
     }
+}
+
+typedef struct init_job { const fp4rl_model *m; float *dst; int64_t begin, end; uint64_t seed; } init_job;
+static void *init_thread(void *arg)
+{
+    const init_job *j = arg;
+    init_range(j->m, j->dst, j->begin, j->end, j->seed);
+    return NULL;
+}
+
+/* dst[0 .. end - begin) = the initial values of [begin, end), on up to 32 host threads. */
+static void init_parallel(const fp4rl_model *m, float *dst, int64_t begin, int64_t end, uint64_t seed)
+{
+    enum { MAX_THREADS = 32 };
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    int T = n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
+    if (end - begin < ((int64_t)1 << 20)) T = 1;
+    pthread_t th[MAX_THREADS];
+    init_job jobs[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int t = 0; t < T; t++) {
+        jobs[t] = (init_job){m, dst + (end - begin) * t / T, begin + (end - begin) * t / T,
+                             begin + (end - begin) * (t + 1) / T, seed};
+        started[t] = t > 0 && pthread_create(&th[t], NULL, init_thread, &jobs[t]) == 0;
+    }
+    for (int t = 0; t < T; t++)
+        if (!started[t]) init_thread(&jobs[t]); /* thread 0, and any thread that could not start */
+    for (int t = 1; t < T; t++)
+        if (started[t]) pthread_join(th[t], NULL);
+}
+
+/* The initial weights into m->w: in place on the CPU, through a bounded host staging buffer
+ * elsewhere (no second full copy of the weights in host memory). */
+static fp4rl_status init_weights(fp4rl_model *m, uint64_t seed, const char *fn)
+{
+    fp4rl_context *ctx = m->ctx;
+    if (ctx->device == FP4RL_DEVICE_CPU) {
+        init_parallel(m, m->w, 0, m->total, seed);
+        return FP4RL_OK;
+    }
+    const int64_t chunk = m->total < ((int64_t)64 << 20) ? m->total : ((int64_t)64 << 20); /* 256 MB */
+    float *host = malloc((size_t)chunk * sizeof(float));
+    if (!host) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory for the weights' staging buffer", fn);
+    fp4rl_status st = FP4RL_OK;
+    for (int64_t b = 0; b < m->total && !st; b += chunk) {
+        const int64_t e = b + chunk < m->total ? b + chunk : m->total;
+        init_parallel(m, host, b, e, seed);
+        st = ctx->be->upload(ctx, m->w + b, host, (size_t)(e - b) * sizeof(float));
+    }
+    free(host);
+    return st;
 }
 
 static const double hp_defaults[FP4RL_MP_COUNT] = {1e-4, 0.0, 0.9, 0.999, 1e-8, 0.0};
@@ -90,7 +147,12 @@ void fp4rl_model_destroy(fp4rl_model *m)
 fp4rl_status fp4rl_model_create(fp4rl_model **out, fp4rl_context *ctx, const char *config_json,
                                 const fp4rl_quant_policy *policy, uint64_t seed)
 {
-    const char *fn = "fp4rl_model_create";
+    return fp4rl_model_create_ex(out, ctx, config_json, policy, seed, 1, "fp4rl_model_create");
+}
+
+fp4rl_status fp4rl_model_create_ex(fp4rl_model **out, fp4rl_context *ctx, const char *config_json,
+                                   const fp4rl_quant_policy *policy, uint64_t seed, int random_init, const char *fn)
+{
     if (!out) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     fp4rl_status st = fp4rl_check_ctx(ctx, fn);
     if (st) return st;
@@ -120,21 +182,16 @@ fp4rl_status fp4rl_model_create(fp4rl_model **out, fp4rl_context *ctx, const cha
     }
     layout_params(m);
     const size_t bytes = (size_t)m->total * sizeof(float);
-    float *host = malloc(bytes);
-    if (!host) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory for %zu bytes of weights", fn, bytes);
-    if (!st) st = ctx->be->alloc(ctx, (void **)&m->w, bytes);
+    st = ctx->be->alloc(ctx, (void **)&m->w, bytes);
     if (!st) st = ctx->be->alloc(ctx, (void **)&m->g, bytes);
     if (!st) st = ctx->be->alloc(ctx, (void **)&m->adam_m, bytes);
     if (!st) st = ctx->be->alloc(ctx, (void **)&m->adam_v, bytes);
     if (!st) st = ctx->be->alloc(ctx, (void **)&m->scalar, 4 * sizeof(float));
-    if (!st) {
-        init_params(m, host, seed);
-        st = ctx->be->upload(ctx, m->w, host, bytes);
-    }
+    /* weights that a load overwrites next (from_pretrained) are only zeroed */
+    if (!st) st = random_init ? init_weights(m, seed, fn) : ctx->be->memset0(ctx, m->w, bytes);
     if (!st) st = ctx->be->memset0(ctx, m->g, bytes);
     if (!st) st = ctx->be->memset0(ctx, m->adam_m, bytes);
     if (!st) st = ctx->be->memset0(ctx, m->adam_v, bytes);
-    free(host);
     if (st) {
         fp4rl_model_destroy(m);
         return st;

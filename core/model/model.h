@@ -50,6 +50,12 @@ struct fp4rl_model {
  * of rows (core/model/model_forward.c). */
 #define FP4RL_HEAD_CHUNK_BYTES ((size_t)256 << 20)
 
+/* fp4rl_model_create with the caller's name for messages; random_init = 0 zeroes the weights
+ * instead (for a caller that loads every parameter next: fp4rl_model_from_pretrained). */
+FP4RL_HIDDEN fp4rl_status fp4rl_model_create_ex(fp4rl_model **out, fp4rl_context *ctx, const char *config_json,
+                                                const fp4rl_quant_policy *policy, uint64_t seed, int random_init,
+                                                const char *fn);
+
 /* Index of the parameter of layer l, kind k (FP4RL_LP_*); of the embedding, final norm, LM head. */
 static inline int fp4rl_model_lp(int l, int k) { return 1 + l * FP4RL_LP_COUNT + k; }
 static inline int fp4rl_model_p_embed(void) { return 0; }

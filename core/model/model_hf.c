@@ -293,7 +293,7 @@ fp4rl_status fp4rl_model_from_pretrained(fp4rl_model **out, fp4rl_context *ctx, 
     size_t len = 0;
     if ((st = fp4rl_read_file(p, (size_t)16 << 20, &text, &len, fn))) return st;
     fp4rl_model *m = NULL;
-    st = strlen((const char *)text) == len ? fp4rl_model_create(&m, ctx, (const char *)text, policy, 0)
+    st = strlen((const char *)text) == len ? fp4rl_model_create_ex(&m, ctx, (const char *)text, policy, 0, 0, fn)
                                            : fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: '%.300s' has a NUL byte", fn, p);
     free(text);
     if (st) return st == FP4RL_ERR_CORRUPT || st == FP4RL_ERR_UNSUPPORTED ? wrap(st, fn, p) : st;
