@@ -29,6 +29,18 @@ while [ $# -gt 0 ]; do
   pretrained)
     (cd /tmp && timeout 120 $bin/fp4rl_load_time /work/main/tests/fixtures/qwen2/gqa --cpu --save /tmp/fp4rl_saved) 2>&1 | tail -3
     timeout 120 python3 tests/fixtures/check_saved_with_hf.py /tmp/fp4rl_saved 2>&1 | grep -v Warning | tail -2 ;;
+  load3b) # a random Qwen2.5-3B saved by transformers in BF16 (sharded, as on the hub), loaded by fp4rl on the GPU
+    timeout 200 python3 -c "
+import json, torch, time
+from transformers import Qwen2Config, Qwen2ForCausalLM
+cfg = Qwen2Config(**json.load(open('bench/configs/qwen2.5-3b.json')))
+t = time.time()
+with torch.device('cuda'):
+    m = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+m.save_pretrained('/tmp/qwen3b', max_shard_size='2GB')
+print('transformers wrote /tmp/qwen3b in %.1f s' % (time.time() - t))
+" 2>&1 | grep -v Warn | tail -2; ls /tmp/qwen3b | head; du -sh /tmp/qwen3b
+    (cd /tmp && timeout 200 $bin/fp4rl_load_time /tmp/qwen3b) 2>&1 | tail -4 ;;
   scale) # the rest of the arguments go to bench/device_scale.sh
     bash bench/device_scale.sh "$@"; exit ;;
   esac
