@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Set by each entry: 1 when the parser accepted the input, else 0 (the replay checks that the
- * corpus files named valid* are accepted, so a parser that rejects everything cannot pass). */
+/* Set by each entry: 1 when the parser accepted the input, else 0 (the replay checks that files
+ * named valid* are accepted and bad* refused, so a parser that refuses everything cannot pass). */
 extern int fp4rl_fuzz_accepted;
 
 int fp4rl_fuzz_safetensors(const uint8_t *data, size_t size);

@@ -6,8 +6,10 @@
  *
  * This keeps the seed corpus and every crash ever found under the normal (gcc, ASan) test build:
  * a regression that comes back aborts, or is reported by the sanitizers of that build. Files whose
- * name begins with "valid" must also be accepted by their parser. Exit 0 when every file ran; 1
- * when a file cannot be read, a valid* file is rejected, or a target has no corpus.
+ * name begins with "valid" must also be accepted by their parser, and those beginning with "bad"
+ * refused (so a regression stays checked where the sanitizer that found it is absent: gcc's
+ * -fsanitize=undefined has no float-cast-overflow). Exit 0 when every file ran; 1 when a file
+ * cannot be read, a valid* file is refused or a bad* one accepted, or a target has no corpus.
  */
 #define _DEFAULT_SOURCE
 #include <dirent.h>
@@ -53,8 +55,13 @@ static int run_file(const char *path, int (*entry)(const uint8_t *, size_t))
     entry(buf, len);
     free(buf);
     const char *base = strrchr(path, '/');
-    if (strncmp(base ? base + 1 : path, "valid", 5) == 0 && !fp4rl_fuzz_accepted) {
+    base = base ? base + 1 : path;
+    if (strncmp(base, "valid", 5) == 0 && !fp4rl_fuzz_accepted) {
         fprintf(stderr, "%s: a valid input was rejected\n", path);
+        return -1;
+    }
+    if (strncmp(base, "bad", 3) == 0 && fp4rl_fuzz_accepted) {
+        fprintf(stderr, "%s: a bad input was accepted\n", path);
         return -1;
     }
     return 0;
