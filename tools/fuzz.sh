@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fuzzes the three parsers (tests/fuzz: safetensors, config.json, the RL checkpoint's state.json)
 # with clang's libFuzzer for a bounded time each, from a copy of the committed seed corpus (the
-# committed files stay as they are). Fails when a target crashes, leaks or trips a sanitizer; the
-# input that did it is kept under build/fuzz/crashes/<target>/ (add it to
-# tests/fuzz/regressions/<target>/ once fixed, so ctest fuzz_replay keeps it fixed).
+# committed files stay as they are) and with a dictionary of its keys and edge-case numbers
+# (tests/fuzz/dict). Fails when a target crashes, leaks or trips a sanitizer; the input that did it
+# is kept under build/fuzz/crashes/<target>/ (add it to tests/fuzz/regressions/<target>/ once
+# fixed, named bad_* when the parser must refuse it, so ctest fuzz_replay keeps it fixed).
 # Skips, with a message and exit 0, when clang is not installed.
 #   FP4RL_FUZZ_SECONDS   seconds per target (default 40)
 set -euo pipefail
@@ -28,7 +29,7 @@ for t in "${targets[@]}"; do
   log="build/fuzz/$t.log"
   echo "== fuzz_$t (${seconds}s) =="
   if build/fuzz/tests/fuzz/fuzz_"$t" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
-       -print_final_stats=1 -artifact_prefix="build/fuzz/crashes/$t/" "$work/$t" >"$log" 2>&1; then
+       -print_final_stats=1 -dict=tests/fuzz/dict/"$t".dict -artifact_prefix="build/fuzz/crashes/$t/" "$work/$t" >"$log" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
     echo "fuzz_$t: ${runs:-?} executions, no crash (corpus grew to $(ls "$work/$t" | wc -l) inputs)"
   else
