@@ -22,6 +22,7 @@ cmake --build build/fuzz -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OPENBLAS_NUM_THREADS=1
+export TMPDIR="$work" # fuzz_checkpoint's checkpoint directory goes here, and is removed with it
 failed=0
 for t in "${targets[@]}"; do
   mkdir -p "$work/$t" "build/fuzz/crashes/$t"

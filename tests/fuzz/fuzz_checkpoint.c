@@ -5,7 +5,9 @@
  * once, at the first input, it saves a real checkpoint of a tiny model (one layer, vocab 16) into a
  * temporary directory; each input then replaces that checkpoint's state.json and is loaded into
  * the same session. The safetensors files stay valid, so an accepted state.json runs the whole
- * load, commit included. The directory is removed at exit.
+ * load, commit included. The directory (under $TMPDIR, else /tmp) is removed at a normal exit;
+ * libFuzzer ends without running atexit handlers, so tools/fuzz.sh points TMPDIR at its own
+ * temporary directory.
  */
 #define _DEFAULT_SOURCE /* mkdtemp */
 #include <stdio.h>
@@ -24,11 +26,11 @@ static const char *TINY =
 static fp4rl_context *ctx;
 static fp4rl_model *model;
 static fp4rl_rl_session *session;
-static char tmp[64], ckpt[128], state[192];
+static char tmp[4096], ckpt[4200], state[4300];
 
 static void rm(const char *dir, const char *name)
 {
-    char p[256];
+    char p[4400];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     unlink(p);
 }
@@ -52,7 +54,8 @@ static void die(const char *what)
 
 static void init(void)
 {
-    snprintf(tmp, sizeof tmp, "%s", "/tmp/fp4rl_fuzz_ckpt_XXXXXX");
+    const char *base = getenv("TMPDIR");
+    snprintf(tmp, sizeof tmp, "%s/fp4rl_fuzz_ckpt_XXXXXX", base && base[0] ? base : "/tmp");
     if (!mkdtemp(tmp)) die("mkdtemp");
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", tmp);
     snprintf(state, sizeof state, "%s/state.json", ckpt);
