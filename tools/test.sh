@@ -20,6 +20,9 @@ cmake --build build/asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/asan --output-on-failure -j"$jobs"
 
+echo "== fuzz the parsers (libFuzzer, 40 s each; skipped without clang) =="
+bash tools/fuzz.sh
+
 echo "== Python checks (ctypes + ml_dtypes) =="
 FP4RL_LIB="$PWD/build/release/libfp4rl.so" python3 -m pytest -q tests/python
 
@@ -30,4 +33,4 @@ echo "== Rust bindings (cargo test) =="
 FP4RL_BUILD_DIR="$PWD/build/release" bash bindings/rust/run_tests.sh
 
 # Every stage above exits non-zero on a failure (set -e), so reaching here means all passed.
-echo "stages: 5 passed, 0 failed"
+echo "stages: 6 passed, 0 failed"

@@ -256,7 +256,10 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
     for (int i = 0; !st && i < FP4RL_QP_COUNT; i++) {
         /* a policy is validated by its setters; formats before tiles (a tile is checked against its format) */
         static const int order[FP4RL_QP_COUNT] = {8, 9, 10, 11, 0, 1, 2, 3, 4, 5, 6, 7, 12, 13, 14};
-        st = fp4rl_quant_policy_set(np, (fp4rl_qparam)order[i], (int64_t)pol[order[i]]);
+        const double v = pol[order[i]];
+        st = v >= -9007199254740992.0 && v <= 9007199254740992.0
+                 ? fp4rl_quant_policy_set(np, (fp4rl_qparam)order[i], (int64_t)v)
+                 : fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "[%d] is %g, out of range", order[i], v);
         if (st) st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: policy: %s", fn, path, fp4rl_last_error());
     }
     const cJSON *js_stop = cJSON_GetObjectItemCaseSensitive(root, "stop_tokens");
