@@ -4,10 +4,12 @@ random init, the same batch shapes, one JSON line with the same fields.
 
   rollout: model.generate(do_sample=True, temperature 1, top_k 0, top_p 1, exactly N new tokens)
            on P*G sequences (each of the P random prompts of L tokens repeated G times);
-  train:   a GRPO-like step over those P*G sequences in micro-batches of 16: forward, log-probs of
-           the completion tokens (log_softmax in FP32), loss = -(adv * logp).mean() with GRPO
-           advantages of the same reward as scale_bench.c (fraction of even token ids), backward
-           (gradients accumulate), then one torch.optim.AdamW step.
+  train:   a GRPO-like step over those P*G sequences in micro-batches of 16: first log pi_old of
+           the completion tokens (no-grad forward, as fp4rl's step does before its loss; leave it
+           out with --no-old-logprobs), then forward, log-probs (log_softmax in FP32),
+           loss = -(adv * exp(logp - logp_old)).mean() (the gradient of -(adv * logp).mean() at
+           ratio 1) with GRPO advantages of the same reward as scale_bench.c (fraction of even
+           token ids), backward (gradients accumulate), then one torch.optim.AdamW step.
   --master bf16 (default): parameters, gradients and AdamW moments all BF16, the typical eager
            baseline; --master fp32: FP32 parameters and AdamW with torch.autocast(bfloat16)
            forward (mixed precision, what fp4rl's FP32 master weights correspond to).
@@ -44,11 +46,12 @@ def main():
     ap.add_argument("--micro-batch", type=int, default=16)
     ap.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa")
     ap.add_argument("--master", choices=("bf16", "fp32"), default="bf16")
+    ap.add_argument("--no-old-logprobs", dest="old_logprobs", action="store_false")
     a = ap.parse_args()
     P, G, L, N = a.prompts, a.group, a.prompt_len, a.new_tokens
     res = {"impl": "torch", "model": model_name(a.config), "numerics": "bf16", "device": "cuda", "ok": False,
            "prompts": P, "group": G, "batch": P * G, "prompt_len": L, "new_tokens": N, "steps": a.steps,
-           "attn": a.attn, "master": a.master, "optimizer": f"torch.optim.AdamW ({a.master} params)",
+           "attn": a.attn, "master": a.master, "old_logprobs": a.old_logprobs, "optimizer": f"torch.optim.AdamW ({a.master} params)",
            "create_s": None, "rollout_s": None, "train_s": None, "step_s": None, "rollout_tok_s": None,
            "train_tok_s": None, "reward_mean": None, "peak_mem_gb": None, "reserved_mem_gb": None}
     try:
@@ -66,6 +69,13 @@ def main():
     except Exception:
         pass
     print(json.dumps(res), flush=True)
+
+
+def completion_logp(model, x, L, autocast, torch):
+    """Log-probs [batch, N] of the completion tokens x[:, L:] (log_softmax in FP32)."""
+    with autocast:
+        logits = model(input_ids=x).logits[:, L - 1:-1]  # position t predicts token t + 1
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, x[:, L:, None]).squeeze(-1)
 
 
 def run(a, res, torch):
@@ -112,17 +122,20 @@ def run(a, res, torch):
         reward = (completion % 2 == 0).float().mean(dim=1).view(P, G)
         adv = ((reward - reward.mean(dim=1, keepdim=True)) / (reward.std(dim=1, keepdim=True) + 1e-6)).view(-1)
 
-        model.train()
         mb = a.micro_batch
         n_micro = (P * G + mb - 1) // mb
-        for i in range(0, P * G, mb):
-            x = seqs[i:i + mb]
-            with autocast:
-                logits = model(input_ids=x).logits[:, L - 1:-1]  # predicts the completion tokens
-            logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, x[:, L:, None]).squeeze(-1)
-            loss = -(adv[i:i + mb, None] * logp).mean() / n_micro
+        logp_old = []
+        if a.old_logprobs:
+            with torch.no_grad():
+                for i in range(0, P * G, mb):
+                    logp_old.append(completion_logp(model, seqs[i:i + mb], L, autocast, torch))
+        model.train()
+        for k, i in enumerate(range(0, P * G, mb)):
+            logp = completion_logp(model, seqs[i:i + mb], L, autocast, torch)
+            ratio = torch.exp(logp - logp_old[k]) if logp_old else logp
+            loss = -(adv[i:i + mb, None] * ratio).mean() / n_micro
             loss.backward()
-            del logits, logp, loss
+            del logp, ratio, loss
         opt.step()
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
