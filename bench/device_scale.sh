@@ -5,9 +5,11 @@
 # call. Every run is under `timeout`; a run that fails or times out still leaves a line ("ok": false).
 # Lines go to $OUT/scale.jsonl; the last thing printed is a markdown table with fp4rl/torch ratios.
 # Usage: bash bench/device_scale.sh [small|large|both] [sizes=0.5b,1.5b,3b] [numerics=bf16,hif4]
-#                                  [torch=bf16[,fp32]|none] [steps=2] [limit=SECONDS]
+#                                  [torch=bf16[,fp32]|none] [steps=2] [limit=SECONDS] [budget=570]
 #        bash bench/device_scale.sh table FILE.jsonl...   (only the table, from earlier lines)
 #   small: 16 prompts x 8 completions of 128 + 256 tokens; large: 64 x 8 of 256 + 512.
+#   limit: per run (default 300 small, 540 large); budget: for the whole call (the device's
+#   600 s per command): a run gets at most what is left of it, and none once under 20 s is left.
 #   torch=fp32 adds the mixed-precision baseline (FP32 master weights and AdamW, BF16 autocast).
 set -uo pipefail
 
@@ -41,7 +43,7 @@ EOF
 
 if [ "${1:-}" = table ]; then shift; table "$@"; exit; fi
 
-mode=small sizes=0.5b,1.5b,3b numerics=bf16,hif4 torchs=bf16 steps=2 limit=
+mode=small sizes=0.5b,1.5b,3b numerics=bf16,hif4 torchs=bf16 steps=2 limit= budget=570
 for a in "$@"; do
   case $a in
   small|large|both) mode=$a ;;
@@ -50,6 +52,7 @@ for a in "$@"; do
   torch=*) torchs=${a#torch=} ;;
   steps=*) steps=${a#steps=} ;;
   limit=*) limit=${a#limit=} ;;
+  budget=*) budget=${a#budget=} ;;
   *) echo "unknown argument: $a (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
 done
@@ -76,16 +79,22 @@ bench_bin=$pkg/pkg/bin/fp4rl_scale_bench
 # run NAME LIMIT CMD...: appends CMD's JSON line, or a failure line when it printed none
 run() {
   local name=$1 lim=$2; shift 2
-  local log=$OUT/$name.log t0=$SECONDS
-  timeout "$lim" "$@" > "$log.out" 2> "$log"
-  local rc=$? line
+  local log=$OUT/$name.log t0=$SECONDS rc=125 line
+  [ $((budget - SECONDS)) -lt "$lim" ] && lim=$((budget - SECONDS))
+  : > "$log.out"
+  if [ "$lim" -ge 20 ]; then
+    timeout "$lim" "$@" > "$log.out" 2> "$log"
+    rc=$?
+  else
+    echo "skipped: $lim s left of the call's budget of $budget s" > "$log"
+  fi
   line=$(grep '^{' "$log.out" | tail -1)
   if [ -z "$line" ]; then
     line=$(python3 -c 'import json, sys; print(json.dumps({"impl": sys.argv[1], "model": sys.argv[2], "numerics": sys.argv[3],
 "ok": False, "prompts": int(sys.argv[4]), "group": int(sys.argv[5]), "prompt_len": int(sys.argv[6]),
 "new_tokens": int(sys.argv[7]), "master": sys.argv[8], "attn": "sdpa", "create_s": None, "rollout_s": None,
 "train_s": None, "rollout_tok_s": None, "train_tok_s": None, "peak_mem_gb": None,
-"error": "exit status %s after %ss (124 = timeout); stderr: %s" % (sys.argv[9], sys.argv[10], sys.argv[11][-300:])}))' \
+"error": "exit status %s after %ss (124 = timeout, 125 = not run); stderr: %s" % (sys.argv[9], sys.argv[10], sys.argv[11][-300:])}))' \
       "$impl" "$(basename "$cfg" .json)" "$num" $bt "${master:-}" "$rc" "$((SECONDS - t0))" "$(tail -c 300 "$log")")
   fi
   echo "$line" | tee -a "$jsonl"
