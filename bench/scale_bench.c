@@ -3,7 +3,8 @@
  * a Qwen2 model from an HF config.json (random init), P random prompts of L tokens (fixed seed,
  * ids < min(1000, vocab)), G completions of exactly N tokens each (no stop tokens), a reward that
  * varies within a group (the fraction of even token ids) so GRPO has a signal, S steps of
- * fp4rl_rl_session_step (the first is a warm-up; the last is reported). Prints one JSON line.
+ * fp4rl_rl_session_step (the first is a warm-up; the last is reported; 0 steps only creates the
+ * model). Prints one JSON line.
  * The PyTorch + HF reference of the same shapes is bench/scale_torch.py; bench/device_scale.sh
  * runs both.
  *   fp4rl_scale_bench CONFIG.json [--numerics bf16|hif4] [--prompts P] [--group G]
@@ -187,7 +188,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--group") && v && !parse_size(v, &r.group)) i++;
         else if (!strcmp(a, "--prompt-len") && v && !parse_size(v, &r.prompt_len)) i++;
         else if (!strcmp(a, "--new-tokens") && v && !parse_size(v, &r.new_tokens)) i++;
-        else if (!strcmp(a, "--steps") && v && !parse_size(v, &steps) && steps < 1000) r.steps = (int)steps, i++;
+        else if (!strcmp(a, "--steps") && v && (!strcmp(v, "0") || !parse_size(v, &steps)) && steps < 1000)
+            r.steps = (int)steps, i++; /* 0: only create the model (its time and memory) */
         else if (a[0] != '-' && !config_path) config_path = a;
         else return usage(argv[0]);
     }
