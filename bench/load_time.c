@@ -53,7 +53,12 @@ int main(int argc, char **argv)
     if (fp4rl_context_create(&ctx, cpu ? FP4RL_DEVICE_CPU : FP4RL_DEVICE_CUDA, 0)) return fail("context");
     fp4rl_model *m;
     double t0 = now_s();
-    if (fp4rl_model_from_pretrained(&m, ctx, dir, NULL)) return fail("fp4rl_model_from_pretrained");
+    /* --save compares logits with transformers' FP32 ones: FP32 numerics (the default policy's are FP4) */
+    fp4rl_quant_policy *pol = NULL;
+    if (save && (fp4rl_quant_policy_create(&pol) || fp4rl_quant_policy_set(pol, FP4RL_QP_TRAIN_NUMERICS, FP4RL_NUMERICS_FP32)))
+        return fail("policy");
+    if (fp4rl_model_from_pretrained(&m, ctx, dir, pol)) return fail("fp4rl_model_from_pretrained");
+    fp4rl_quant_policy_destroy(pol);
     double t = now_s() - t0;
     int64_t np = 0, V = 0;
     fp4rl_model_get_info(m, FP4RL_MI_NUM_PARAMETERS, &np);
