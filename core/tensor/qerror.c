@@ -83,6 +83,7 @@ fp4rl_status fp4rl_quant_error(const fp4rl_tensor *src, const fp4rl_tensor *q, d
     }
     fp4rl_tensor_destroy(hs);
     fp4rl_tensor_destroy(hq);
+    host.be->context_destroy(&host); /* the backend's state of this temporary context (its byte counts) */
     free(flags);
     return st;
 }
