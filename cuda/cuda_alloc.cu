@@ -181,6 +181,16 @@ void fp4rl_cuda_memory_stats(fp4rl_context *ctx, size_t *in_use, size_t *peak, s
     *reserved = a->used_bytes + a->cached_bytes;
 }
 
+size_t fp4rl_cuda_memory_available(fp4rl_context *ctx)
+{
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: clear it */
+        free_b = 0;
+    }
+    return free_b + fp4rl_cuda_of(ctx)->alloc.cached_bytes;
+}
+
 void fp4rl_cuda_alloc_trim(fp4rl_cuda *cu)
 {
     fp4rl_cuda_alloc *a = &cu->alloc;

@@ -139,6 +139,7 @@ static const fp4rl_backend cuda_backend = {
     fp4rl_cuda_matmul,
     fp4rl_cuda_allreduce,
     fp4rl_cuda_memory_stats,
+    fp4rl_cuda_memory_available,
 };
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20) /* what cuBLASLt suggests for Hopper */

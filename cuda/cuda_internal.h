@@ -94,6 +94,7 @@ void fp4rl_cuda_free_bytes(fp4rl_context *ctx, void *p);
 void fp4rl_cuda_alloc_trim(fp4rl_cuda *cu);
 /* The backend's memory_stats: used, peak, used + cached bytes. */
 void fp4rl_cuda_memory_stats(fp4rl_context *ctx, size_t *in_use, size_t *peak, size_t *reserved, int reset_peak);
+size_t fp4rl_cuda_memory_available(fp4rl_context *ctx);
 void fp4rl_cuda_alloc_destroy(fp4rl_cuda *cu);
 
 /* ---- the communicator (comm.cu) ---- */

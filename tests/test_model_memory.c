@@ -103,12 +103,14 @@ START_TEST(test_deep_rl_step)
 END_TEST
 
 /* A per-token loss on the log-probs for the hook path: sum_n w_n logp_n + 0.01 entropy_n. */
-static fp4rl_status weighted_logp(void *user, const float *logp, const float *entropy, float *dlogp, double *loss)
+/* A per-token loss with weights by the row's place in the whole batch (user: T). */
+static fp4rl_status weighted_logp(void *user, int64_t b0, int64_t nb, const float *logp, const float *entropy, float *dlogp,
+                                  double *loss)
 {
-    const int64_t N = *(const int64_t *)user;
+    const int64_t T = *(const int64_t *)user;
     double l = 0;
-    for (int64_t n = 0; n < N; n++) {
-        const float w = (float)((n % 5) - 2) / 7.0f;
+    for (int64_t n = 0; n < nb * T; n++) {
+        const float w = (float)(((b0 * T + n) % 5) - 2) / 7.0f;
         l += w * logp[n] + 0.01 * entropy[n];
         dlogp[n] = w;
     }
@@ -132,8 +134,8 @@ START_TEST(test_chunked_head_equals_unchunked)
     float *g[3], logits[3][B * T * V], lp[3][B * T];
     double loss[3], hloss[3];
     float *hg[3];
-    int64_t N = B * T;
-    const fp4rl_loss_hook hook = {weighted_logp, &N};
+    int64_t T64 = T;
+    const fp4rl_loss_hook hook = {weighted_logp, &T64};
     for (int k = 0; k < 3; k++) {
         m->head_chunk_bytes = budget[k];
         fp4rl_context_set_seed(ctx, 9); /* the same stochastic rounding in every run */
@@ -141,7 +143,7 @@ START_TEST(test_chunked_head_equals_unchunked)
         g[k] = malloc((size_t)m->total * sizeof(float));
         memcpy(g[k], m->g, (size_t)m->total * sizeof(float));
         fp4rl_context_set_seed(ctx, 9);
-        ck_assert_msg(fp4rl_model_run(m, tok, len, NULL, B, T, NULL, NULL, 1, &hloss[k], &hook, 0.7f, "test") == FP4RL_OK,
+        ck_assert_msg(fp4rl_model_run(m, tok, len, NULL, B, T, NULL, NULL, 1, &hloss[k], &hook, 0.7f, 1 << 30, "test") == FP4RL_OK,
                       "%s", fp4rl_last_error());
         hg[k] = malloc((size_t)m->total * sizeof(float));
         memcpy(hg[k], m->g, (size_t)m->total * sizeof(float));
@@ -166,6 +168,70 @@ START_TEST(test_chunked_head_equals_unchunked)
 }
 END_TEST
 
+/* Micro-batches of 1 and 3 sequences (and automatic sizing under a small memory budget) against
+ * one pass: gradients, losses (cross-entropy and a per-token hook) and log-probs equal up to the
+ * FP32 sum order (1e-6), under the HiF4 RL preset with nearest rounding (T = 64 keeps the 1D
+ * blocks along tokens within a sequence) and in FP32 numerics. In BF16 numerics the bound is 1e-4:
+ * OpenBLAS's sums differ in the last bit with the row count, and rounding the gradients to BF16
+ * turns an occasional last-bit difference into a BF16 step. Automatic sizing picks micro-batches:
+ * the peak memory drops. */
+START_TEST(test_microbatches_equal_one_pass)
+{
+    const int64_t numerics[3] = {-1, FP4RL_NUMERICS_FP32, FP4RL_NUMERICS_BF16};
+    for (int nk = 0; nk < 3; nk++) {
+        fp4rl_quant_policy *p = preset_policy(FP4RL_PRESET_HIF4_RL, 0);
+        if (numerics[nk] >= 0) ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_TRAIN_NUMERICS, numerics[nk]), FP4RL_OK);
+        const double tol = numerics[nk] == FP4RL_NUMERICS_BF16 ? 1e-4 : 1e-6;
+        ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_ROUNDING_GRADIENT, FP4RL_ROUND_NEAREST), FP4RL_OK);
+        fp4rl_model *m;
+        ck_assert_msg(fp4rl_model_create(&m, ctx, config(2, 96), p, 3) == FP4RL_OK, "%s", fp4rl_last_error());
+        enum { B = 5, T = 64, V = 96 };
+        int32_t tok[B * T], len[B] = {64, 40, 64, 17, 51};
+        fill_tokens(tok, B * T, V);
+        float mask[B * T];
+        for (int i = 0; i < B * T; i++) mask[i] = (float)(i % 3 != 0);
+        int64_t T64 = T;
+        const fp4rl_loss_hook hook = {weighted_logp, &T64};
+        const int64_t micro[4] = {1 << 30, T, 3 * T, 0};
+        float *g[4], *hg[4], lp[4][B * T];
+        double loss[4], hloss[4];
+        size_t peak[4];
+        for (int k = 0; k < 4; k++) {
+            size_t use, res;
+            ctx->mem_budget = k == 3 ? (size_t)(4 << 20) : 0; /* automatic: 4 MiB left forces one sequence */
+            ck_assert_int_eq(fp4rl_model_set_hparam(m, FP4RL_MP_MICROBATCH_TOKENS, (double)micro[k]), FP4RL_OK);
+            ck_assert_int_eq(fp4rl_context_reset_peak_memory(ctx), FP4RL_OK);
+            ck_assert_msg(fp4rl_model_compute_gradients(m, tok, len, mask, B, T, &loss[k]) == FP4RL_OK, "%s", fp4rl_last_error());
+            ck_assert_int_eq(fp4rl_context_memory(ctx, &use, &peak[k], &res), FP4RL_OK);
+            g[k] = malloc((size_t)m->total * sizeof(float));
+            memcpy(g[k], m->g, (size_t)m->total * sizeof(float));
+            ck_assert_msg(fp4rl_model_run(m, tok, len, NULL, B, T, NULL, NULL, 1, &hloss[k], &hook, 0.7f, micro[k], "test") == FP4RL_OK,
+                          "%s", fp4rl_last_error());
+            hg[k] = malloc((size_t)m->total * sizeof(float));
+            memcpy(hg[k], m->g, (size_t)m->total * sizeof(float));
+            ck_assert_int_eq(fp4rl_model_token_logprobs(m, tok, len, B, T, lp[k], sizeof lp[k]), FP4RL_OK);
+        }
+        ctx->mem_budget = 0;
+        for (int k = 1; k < 4; k++) {
+            const double eg = fp4rl_l2rel(g[k], g[0], m->total), eh = fp4rl_l2rel(hg[k], hg[0], m->total);
+            ck_assert_msg(eg <= tol && eh <= tol, "numerics %d, micro %lld: gradient rel. error %.3g (cross-entropy), %.3g (hook)",
+                          nk, (long long)micro[k], eg, eh);
+            ck_assert_double_le(fabs(loss[k] - loss[0]), 1e-6 * fabs(loss[0]));
+            ck_assert_double_le(fabs(hloss[k] - hloss[0]), 1e-6 * fabs(hloss[0]));
+            ck_assert_double_le(fp4rl_l2rel(lp[k], lp[0], B * T), 1e-6);
+        }
+        ck_assert(loss[0] > 0 && hloss[0] != 0);
+        ck_assert_msg(peak[3] < peak[0] && peak[1] < peak[0], "peak bytes: one pass %zu, micro 1 %zu, automatic %zu", peak[0], peak[1], peak[3]);
+        for (int k = 0; k < 4; k++) {
+            free(g[k]);
+            free(hg[k]);
+        }
+        fp4rl_model_destroy(m);
+        fp4rl_quant_policy_destroy(p);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model_memory");
@@ -175,6 +241,7 @@ int main(void)
     tcase_add_test(tc, test_deep_model_runs);
     tcase_add_test(tc, test_deep_rl_step);
     tcase_add_test(tc, test_chunked_head_equals_unchunked);
+    tcase_add_test(tc, test_microbatches_equal_one_pass);
     suite_add_tcase(s, tc);
     return fp4rl_check_run(s);
 }

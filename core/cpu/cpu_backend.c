@@ -1,5 +1,7 @@
 /* cpu_backend.c - the CPU backend: host memory and the OpenBLAS GEMM. */
 #include <malloc.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +40,21 @@ static void cpu_memory_stats(fp4rl_context *ctx, size_t *in_use, size_t *peak, s
     *in_use = m->in_use;
     *peak = m->peak;
     *reserved = m->in_use;
+}
+/* MemAvailable of /proc/meminfo (the kernel's estimate of what can be allocated without
+ * swapping); where it cannot be read, the free physical pages. */
+static size_t cpu_memory_available(fp4rl_context *ctx)
+{
+    (void)ctx;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb) return (size_t)kb * 1024;
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)1 << 30;
 }
 static fp4rl_status cpu_copy(fp4rl_context *ctx, void *dst, const void *src, size_t bytes)
 {
@@ -106,4 +123,5 @@ const fp4rl_backend fp4rl_cpu_backend = {
     .gemm_nt = cpu_gemm_nt,
     .context_destroy = cpu_context_destroy,
     .memory_stats = cpu_memory_stats,
+    .memory_available = cpu_memory_available,
 };

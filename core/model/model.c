@@ -130,7 +130,7 @@ static fp4rl_status init_weights(fp4rl_model *m, uint64_t seed, const char *fn)
     return st;
 }
 
-static const double hp_defaults[FP4RL_MP_COUNT] = {1e-4, 0.0, 0.9, 0.999, 1e-8, 0.0};
+static const double hp_defaults[FP4RL_MP_COUNT] = {1e-4, 0.0, 0.9, 0.999, 1e-8, 0.0, 0.0};
 
 void fp4rl_model_destroy(fp4rl_model *m)
 {
@@ -218,7 +218,8 @@ fp4rl_status fp4rl_model_set_policy(fp4rl_model *m, const fp4rl_quant_policy *po
     return FP4RL_OK;
 }
 
-static const char *const hp_names[FP4RL_MP_COUNT] = {"lr", "weight_decay", "beta1", "beta2", "adam_eps", "grad_clip"};
+static const char *const hp_names[FP4RL_MP_COUNT] = {"lr", "weight_decay", "beta1", "beta2", "adam_eps", "grad_clip",
+                                                           "microbatch_tokens"};
 const char *fp4rl_model_hparam_name(int p) { return p >= 0 && p < FP4RL_MP_COUNT ? hp_names[p] : "?"; }
 
 /* The one definition of the model hyper-parameters' bounds (setter and checkpoint loader). */
@@ -229,6 +230,7 @@ const char *fp4rl_model_hparam_allowed(int p, double v)
     case FP4RL_MP_WEIGHT_DECAY: return v >= 0 && v <= 1 ? NULL : "[0, 1]";
     case FP4RL_MP_ADAM_EPS: return v > 0 && v <= 1 ? NULL : "(0, 1]";
     case FP4RL_MP_BETA1: case FP4RL_MP_BETA2: return v >= 0 && v < 1 ? NULL : "[0, 1)";
+    case FP4RL_MP_MICROBATCH_TOKENS: return v == floor(v) && v >= 0 && v <= 1099511627776.0 ? NULL : "0 (automatic) or an integer up to 2^40";
     default: return v >= 0 && isfinite(v) ? NULL : ">= 0"; /* grad_clip */
     }
 }
@@ -386,7 +388,8 @@ fp4rl_status fp4rl_model_compute_gradients(fp4rl_model *m, const int32_t *tokens
 {
     const char *fn = "fp4rl_model_compute_gradients";
     fp4rl_status st = check_model(m, fn);
-    return st ? st : fp4rl_model_run(m, tokens, lengths, loss_mask, B, T, NULL, NULL, 1, loss, NULL, 1.0f, fn);
+    return st ? st : fp4rl_model_run(m, tokens, lengths, loss_mask, B, T, NULL, NULL, 1, loss, NULL, 1.0f,
+                                            (int64_t)m->hp[FP4RL_MP_MICROBATCH_TOKENS], fn);
 }
 
 fp4rl_status fp4rl_model_update(fp4rl_model *m, double lr, double weight_decay, double clip, double *grad_norm)
@@ -414,7 +417,8 @@ fp4rl_status fp4rl_model_train_step(fp4rl_model *m, const int32_t *tokens, const
     const char *fn = "fp4rl_model_train_step";
     fp4rl_status st = check_model(m, fn);
     double l = 0;
-    if (!st) st = fp4rl_model_run(m, tokens, lengths, loss_mask, B, T, NULL, NULL, 1, &l, NULL, 1.0f, fn);
+    if (!st) st = fp4rl_model_run(m, tokens, lengths, loss_mask, B, T, NULL, NULL, 1, &l, NULL, 1.0f,
+                                     (int64_t)m->hp[FP4RL_MP_MICROBATCH_TOKENS], fn);
     if (!st && !isfinite(l))
         st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the loss is %g, not finite; the update was not applied", fn, l);
     if (!st) st = fp4rl_model_update(m, m->hp[FP4RL_MP_LR], m->hp[FP4RL_MP_WEIGHT_DECAY], m->hp[FP4RL_MP_GRAD_CLIP], grad_norm);

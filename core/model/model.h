@@ -112,23 +112,30 @@ FP4RL_HIDDEN fp4rl_status fp4rl_linear_backward(fp4rl_model *m, fp4rl_arena *a, 
                                                 const fp4rl_linear_saved *sv, float *dx, float *dw, float *db, float *dy,
                                                 float *x, float *w, int64_t N, int64_t IN, int64_t OUT);
 
-/* A per-token loss on the log-probs, for the RL objective: given logp and entropy of every row
- * n = b * T + t (the prediction of token t + 1; 0 for rows without a target), fill dlogp (zeroed)
- * and *loss. Host arrays of B * T floats. */
+/* A per-token loss on the log-probs, for the RL objective, called once per micro-batch: given
+ * logp and entropy of every row n = i * T + t of the micro-batch's sequences b0 .. b0 + nb - 1 of
+ * the batch (row n predicts token t + 1 of sequence b0 + i; 0 for rows without a target), fill
+ * dlogp (zeroed) and *loss, this micro-batch's share of the batch's loss (its normalisation is the
+ * whole batch's). Host arrays of nb * T floats. */
 typedef struct fp4rl_loss_hook {
-    fp4rl_status (*fn)(void *user, const float *logp, const float *entropy, float *dlogp, double *loss);
+    fp4rl_status (*fn)(void *user, int64_t b0, int64_t nb, const float *logp, const float *entropy, float *dlogp,
+                       double *loss);
     void *user;
 } fp4rl_loss_hook;
 
-/* core/model/model_forward.c: the forward pass over a batch, and optionally the backward pass of a loss.
+/* core/model/model_forward.c: the forward pass over a batch, and optionally the backward pass of a loss,
+ * in micro-batches of whole sequences of about micro_tokens tokens (0 = sized from the memory the
+ * context can still allocate; see FP4RL_MP_MICROBATCH_TOKENS).
  * logits_out (host, [B, T, V]) and logprobs_out (host, [B, T]) are optional. With `backward` the
- * gradients are zeroed and then accumulated and *loss is set; the loss is the masked next-token
- * cross-entropy, or the hook's when hook is not NULL. Logits are divided by `temperature` before
- * log-probs and the loss (1 = none; the logits output is never scaled). */
+ * gradients are zeroed and then accumulated over the micro-batches and *loss is set; the loss is
+ * the masked next-token cross-entropy normalised over the whole batch, or the hook's when hook is
+ * not NULL. Logits are divided by `temperature` before log-probs and the loss (1 = none; the
+ * logits output is never scaled). */
 FP4RL_HIDDEN fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths,
                                           const float *loss_mask, int64_t B, int64_t T, float *logits_out,
                                           float *logprobs_out, int backward, double *loss,
-                                          const fp4rl_loss_hook *hook, float temperature, const char *fn);
+                                          const fp4rl_loss_hook *hook, float temperature, int64_t micro_tokens,
+                                          const char *fn);
 
 /* core/model/model.c: clip the gradients' global norm (clip > 0), one AdamW step on all parameters
  * with the model's betas and eps, step + 1. *grad_norm gets the norm before clipping. */

@@ -75,12 +75,15 @@ static fp4rl_status head_backward(fp4rl_model *m, const fp4rl_linear_saved *sv, 
     return st;
 }
 
-fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, const float *loss_mask,
-                             int64_t B, int64_t T, float *logits_out, float *logprobs_out, int backward, double *loss,
-                             const fp4rl_loss_hook *hook, float temperature, const char *fn)
+/* One pass over the micro-batch of sequences [b0, b0 + B) of a batch: its gradients are added to
+ * m->g and its loss to *loss. mask_total is the whole batch's count of loss targets (the
+ * cross-entropy's normaliser); whole: the micro-batch is the whole batch. */
+static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, const float *loss_mask,
+                              int64_t b0, int64_t B, int64_t T, float *logits_out, float *logprobs_out, int backward,
+                              double *loss, const fp4rl_loss_hook *hook, float temperature, double mask_total, int whole,
+                              const char *fn)
 {
-    fp4rl_status st = check_batch(m, tokens, lengths, B, T, fn);
-    if (st) return st;
+    fp4rl_status st = FP4RL_OK;
     fp4rl_context *ctx = m->ctx;
     const fp4rl_ops *ops = m->ops;
     const fp4rl_hf_config *c = &m->cfg;
@@ -97,7 +100,6 @@ fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_
     }
     for (int64_t l = 0; l < L; l++) acts[l].mem.ctx = ctx;
     /* positions, lengths, and targets: position t predicts token t + 1 (ignored: -1) */
-    double mask_total = 0;
     for (int64_t b = 0; b < B; b++) {
         h_len[b] = lengths ? lengths[b] : (int32_t)T;
         for (int64_t t = 0; t < T; t++) {
@@ -106,7 +108,6 @@ fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_
             h_pos[n] = (int32_t)t;
             h_tgt[n] = valid ? tokens[n + 1] : -1;
             h_mask[n] = valid ? (loss_mask ? loss_mask[n + 1] : 1.0f) : 0.0f;
-            mask_total += h_mask[n];
         }
     }
     int32_t *d_tok = fp4rl_arena_alloc(&a, N, 4), *d_pos = fp4rl_arena_alloc(&a, N, 4), *d_tgt = fp4rl_arena_alloc(&a, N, 4);
@@ -140,7 +141,6 @@ fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_
     float *dlnf = NULL;
     double lh = 0;
     if (backward) {
-        TRY(ctx->be->memset0(ctx, m->g, (size_t)m->total * sizeof(float)));
         dlnf = fp4rl_arena_zeros(&a, N * C);
         if (a.st) goto arena_fail;
     }
@@ -162,7 +162,8 @@ fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_
         if (!st && backward && !hook) { /* the masked next-token cross-entropy, normalised over the batch */
             double part = 0;
             for (int64_t n = r0; n < r0 + rows; n++) part += h_mask[n];
-            float lf = 0, dloss = n_chunks == 1 ? 1.0f : (float)(mask_total > 0 ? part / mask_total : 0);
+            const int one = whole && n_chunks == 1; /* then bit-identical to an unchunked head */
+            float lf = 0, dloss = one ? 1.0f : (float)(mask_total > 0 ? part / mask_total : 0);
             float *dlogits = fp4rl_arena_zeros(&ca, rows * V);
             st = ca.st;
             if (!st) st = ops->cross_entropy_forward(ctx, m->scalar, lse + r0, logits, d_tgt + r0, d_mask + r0, rows, V);
@@ -171,7 +172,7 @@ fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_
             if (!st) st = ops->cross_entropy_backward(ctx, dlogits, m->scalar + 2, logits, d_tgt + r0, d_mask + r0, lse + r0, rows, V);
             if (!st && temperature != 1.0f) st = ops->scale(ctx, dlogits, rows * V, 1.0f / temperature);
             if (!st) st = head_backward(m, &sv, dlnf, dlogits, lnf, r0, rows);
-            lh += n_chunks == 1 ? (double)lf : (double)lf * (mask_total > 0 ? part / mask_total : 0);
+            lh += one ? (double)lf : (double)lf * (mask_total > 0 ? part / mask_total : 0);
         }
         if (!st && backward && hook && n_chunks == 1) { /* keep the chunk for pass 2 */
             kept = logits;
@@ -208,7 +209,7 @@ fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_
         st = a.st;
         if (!st) {
             memset(h_lp + 2 * N, 0, (size_t)N * sizeof(float));
-            st = hook->fn(hook->user, h_lp, h_lp + N, h_lp + 2 * N, &lh);
+            st = hook->fn(hook->user, b0, B, h_lp, h_lp + N, h_lp + 2 * N, &lh);
         }
         if (!st) st = ctx->be->upload(ctx, dlogp, h_lp + 2 * N, (size_t)N * sizeof(float));
         for (int64_t k = 0; !st && k < n_chunks; k++) {
@@ -251,7 +252,7 @@ fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_
     if (!st) st = ops->embedding_backward(ctx, fp4rl_model_g(m, fp4rl_model_p_embed()), dres, d_tok, N, V, C);
     fp4rl_arena_free(&grads[0]);
     fp4rl_arena_free(&grads[1]);
-    if (!st && loss) *loss = lh;
+    if (!st && loss) *loss += lh;
 #undef TRY
     goto done;
 arena_fail:
@@ -269,6 +270,61 @@ done:
     return st;
 }
 
+/* Bytes per token of one pass, from the shapes (an upper estimate): without a backward about two
+ * blocks' activations live at once; with one, every block's saved activations (FP32, and the GEMM
+ * operand copies of quantized numerics) plus one block's gradient temporaries. */
+static double pass_bytes_per_token(const fp4rl_model *m, int backward)
+{
+    const fp4rl_hf_config *c = &m->cfg;
+    const double C = (double)c->hidden_size, I = (double)c->intermediate_size, Hq = (double)c->num_attention_heads;
+    const double QD = Hq * (double)c->head_dim, KD = (double)c->num_key_value_heads * (double)c->head_dim;
+    const double saved = 4 * C + 2 * QD + 2 * KD + 3 * I + Hq + 2, operands = 5 * C + QD + I;
+    const double temps = 6 * C + 6 * I + 3 * QD, outer = 8 * C;
+    const double layers = backward ? (double)c->num_hidden_layers : 2;
+    return 4.0 * (layers * (saved + operands) + temps + outer);
+}
+
+/* Sequences per micro-batch: `micro_tokens` / T (at least one); 0 = automatic, what fits in 85% of
+ * the memory the context can still allocate after the LM head's chunk budget. */
+static int64_t micro_seqs(const fp4rl_model *m, int64_t B, int64_t T, int backward, int64_t micro_tokens)
+{
+    int64_t tokens = micro_tokens;
+    if (tokens <= 0) {
+        fp4rl_context *ctx = m->ctx;
+        const double avail = (double)(ctx->mem_budget ? ctx->mem_budget : ctx->be->memory_available ? ctx->be->memory_available(ctx) : 0);
+        const double head = 3.0 * (double)(m->head_chunk_bytes ? m->head_chunk_bytes : FP4RL_HEAD_CHUNK_BYTES);
+        const double usable = 0.85 * avail - head;
+        if (avail <= 0) return B; /* no estimate: one pass */
+        tokens = usable > 0 ? (int64_t)(usable / pass_bytes_per_token(m, backward)) : 0;
+    }
+    const int64_t seqs = tokens / T;
+    return seqs < 1 ? 1 : seqs > B ? B : seqs;
+}
+
+fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, const float *loss_mask,
+                             int64_t B, int64_t T, float *logits_out, float *logprobs_out, int backward, double *loss,
+                             const fp4rl_loss_hook *hook, float temperature, int64_t micro_tokens, const char *fn)
+{
+    fp4rl_status st = check_batch(m, tokens, lengths, B, T, fn);
+    if (st) return st;
+    double mask_total = 0; /* the loss normaliser of the whole batch */
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t len = lengths ? lengths[b] : T;
+        for (int64_t t = 1; t < len; t++) mask_total += loss_mask ? loss_mask[b * T + t] : 1.0f;
+    }
+    if (backward && (st = m->ctx->be->memset0(m->ctx, m->g, (size_t)m->total * sizeof(float)))) return st;
+    const int64_t mb = micro_seqs(m, B, T, backward, micro_tokens);
+    double lsum = 0;
+    for (int64_t b0 = 0; !st && b0 < B; b0 += mb) {
+        const int64_t nb = B - b0 < mb ? B - b0 : mb;
+        st = run_micro(m, tokens + b0 * T, lengths ? lengths + b0 : NULL, loss_mask ? loss_mask + b0 * T : NULL, b0, nb, T,
+                       logits_out ? logits_out + b0 * T * m->cfg.vocab_size : NULL, logprobs_out ? logprobs_out + b0 * T : NULL,
+                       backward, &lsum, hook, temperature, mask_total, nb == B, fn);
+    }
+    if (!st && loss) *loss = lsum;
+    return st;
+}
+
 fp4rl_status fp4rl_model_logits(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, int64_t B, int64_t T,
                                 float *logits, size_t bytes)
 {
@@ -280,7 +336,8 @@ fp4rl_status fp4rl_model_logits(fp4rl_model *m, const int32_t *tokens, const int
     if (B >= 1 && T >= 1 && bytes / sizeof(float) / (size_t)m->cfg.vocab_size / (size_t)T < (size_t)B)
         return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: logits holds %zu bytes; [%lld, %lld, %lld] floats need more", fn, bytes,
                           (long long)B, (long long)T, (long long)m->cfg.vocab_size);
-    return fp4rl_model_run(m, tokens, lengths, NULL, B, T, logits, NULL, 0, NULL, NULL, 1.0f, fn);
+    return fp4rl_model_run(m, tokens, lengths, NULL, B, T, logits, NULL, 0, NULL, NULL, 1.0f,
+                           (int64_t)m->hp[FP4RL_MP_MICROBATCH_TOKENS], fn);
 }
 
 fp4rl_status fp4rl_model_token_logprobs(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, int64_t B,
@@ -294,5 +351,6 @@ fp4rl_status fp4rl_model_token_logprobs(fp4rl_model *m, const int32_t *tokens, c
     if (B >= 1 && T >= 1 && bytes / sizeof(float) / (size_t)T < (size_t)B)
         return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: logprobs holds %zu bytes; [%lld, %lld] floats need more", fn, bytes,
                           (long long)B, (long long)T);
-    return fp4rl_model_run(m, tokens, lengths, NULL, B, T, NULL, logprobs, 0, NULL, NULL, 1.0f, fn);
+    return fp4rl_model_run(m, tokens, lengths, NULL, B, T, NULL, logprobs, 0, NULL, NULL, 1.0f,
+                           (int64_t)m->hp[FP4RL_MP_MICROBATCH_TOKENS], fn);
 }

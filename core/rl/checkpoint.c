@@ -32,6 +32,7 @@
 #define STATE_VERSION 1
 #define MARKER ".fp4rl-checkpoint"
 #define SESSION_PARAMS_V1 16 /* session parameters of the first checkpoints (up to FP4RL_RL_SEED) */
+#define MODEL_PARAMS_V1 6    /* model parameters of checkpoints before the micro-batch knobs (up to FP4RL_MP_GRAD_CLIP) */
 
 static char *state_json(const fp4rl_rl_session *s)
 {
@@ -215,11 +216,13 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
     if (!st) st = parse_u64(root, "context_seed", &seed, fn, path);
     if (!st) st = parse_u64(root, "context_rng_offset", &off, fn, path);
     if (!st) st = parse_u64(root, "sample_offset", &soff, fn, path);
-    /* checkpoints of version 1 written before FP4RL_RL_ALLREDUCE_BF16 have 16 session parameters:
-     * the missing ones keep the session's values */
+    /* checkpoints of version 1 written before FP4RL_RL_ALLREDUCE_BF16 have 16 session parameters,
+     * before the micro-batch knobs 17 and 6 model parameters: the missing ones keep the session's
+     * and the model's values */
     memcpy(hp, s->hp, sizeof hp);
+    memcpy(mh, s->model->hp, sizeof mh);
     if (!st) st = number_array(root, "session_params", hp, SESSION_PARAMS_V1, FP4RL_RL_PARAM_COUNT, fn, path);
-    if (!st) st = number_array(root, "model_params", mh, FP4RL_MP_COUNT, FP4RL_MP_COUNT, fn, path);
+    if (!st) st = number_array(root, "model_params", mh, MODEL_PARAMS_V1, FP4RL_MP_COUNT, fn, path);
     if (!st) st = number_array(root, "policy", pol, FP4RL_QP_COUNT, FP4RL_QP_COUNT, fn, path);
     /* exactly the setters' bounds (one definition each) */
     for (int i = 0; !st && i < FP4RL_RL_PARAM_COUNT; i++) {

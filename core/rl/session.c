@@ -26,8 +26,9 @@ static const char *const metric_names[M_COUNT] = {
 static const char *const param_names[FP4RL_RL_PARAM_COUNT] = {
     "group_size", "max_new_tokens", "temperature", "top_k", "lr", "weight_decay", "clip_low", "clip_high",
     "tis_cap", "kl_coef", "loss_agg", "adv_norm", "minibatches", "epochs", "grad_clip", "seed", "allreduce_bf16",
+    "microbatch_tokens",
 };
-static const double param_defaults[FP4RL_RL_PARAM_COUNT] = {8, 64, 1.0, 0, 1e-6, 0, 0.2, 0.2, 5.0, 0, 0, 1, 1, 1, 1.0, 0, 0};
+static const double param_defaults[FP4RL_RL_PARAM_COUNT] = {8, 64, 1.0, 0, 1e-6, 0, 0.2, 0.2, 5.0, 0, 0, 1, 1, 1, 1.0, 0, 0, 0};
 
 static double now_s(void)
 {
@@ -107,6 +108,7 @@ const char *fp4rl_rl_param_allowed(const fp4rl_rl_session *s, int p, double v)
     case FP4RL_RL_LOSS_AGG: case FP4RL_RL_ADV_NORM: case FP4RL_RL_ALLREDUCE_BF16: if (!(v == 0 || v == 1)) allowed = "0 or 1"; break;
     case FP4RL_RL_MINIBATCHES: if (!(integral && v >= 1 && v <= 1e6)) allowed = "an integer >= 1"; break;
     case FP4RL_RL_EPOCHS: if (!(integral && v >= 1 && v <= 100)) allowed = "an integer in 1 .. 100"; break;
+    case FP4RL_RL_MICROBATCH_TOKENS: if (!(integral && v >= 0 && v <= 1099511627776.0)) allowed = "0 (automatic) or an integer up to 2^40"; break;
     case FP4RL_RL_SEED: if (!(integral && v >= 0 && v <= 9007199254740992.0)) allowed = "an integer in 0 .. 2^53"; break;
     default: if (!(v >= 0 && isfinite(v))) allowed = ">= 0"; break; /* clip high, grad clip */
     }
@@ -330,17 +332,18 @@ typedef struct pg_ctx {
     double tokens, clip_low, clip_high, capped, tis_sum, tis_max, ent_sum, kl_sum, loss_sum;
 } pg_ctx;
 
-static fp4rl_status pg_hook(void *user, const float *logp, const float *entropy, float *dlogp, double *loss)
+static fp4rl_status pg_hook(void *user, int64_t b0, int64_t nb, const float *logp, const float *entropy, float *dlogp,
+                            double *loss)
 {
     pg_ctx *c = user;
     const fp4rl_rollout_result *ro = &c->s->ro;
     const int per_seq = c->s->hp[FP4RL_RL_LOSS_AGG] == 0;
     double l_sum = 0;
-    for (int64_t i = 0; i < c->nseq; i++) {
-        const int64_t seq = c->seq0 + i, clen = ro->lengths[seq];
+    for (int64_t i = 0; i < nb; i++) { /* the micro-batch's sequences b0 .. of the minibatch */
+        const int64_t seq = c->seq0 + b0 + i, clen = ro->lengths[seq];
         for (int64_t j = 0; j < clen; j++) {
             const int64_t t = c->plen[seq] + j;   /* the token's position */
-            const int64_t row = i * c->T + t - 1; /* the row predicting it, in the minibatch */
+            const int64_t row = i * c->T + t - 1; /* the row predicting it, in the micro-batch */
             const double w = per_seq ? 1.0 / ((double)clen * c->nonempty) : 1.0 / c->total;
             double g;
             fp4rl_pg_token_stats ts;
@@ -480,6 +483,7 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
     const double t0 = now_s();
     const int64_t n = st ? 0 : s->ro.n_seqs, G = (int64_t)s->hp[FP4RL_RL_GROUP_SIZE];
     const float temp = (float)s->hp[FP4RL_RL_TEMPERATURE];
+    const int64_t micro = (int64_t)s->hp[FP4RL_RL_MICROBATCH_TOKENS];
     int32_t *tokens = NULL, *lengths = NULL;
     int64_t *plen = NULL, T = 0, zero_groups = 0;
     float *adv = NULL, *logp_old = NULL, *logp_ref = NULL;
@@ -495,7 +499,7 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
     /* 4. advantages (a prompt's group is whole on this rank) */
     if (!st) fp4rl_grpo_advantages(s->rewards, (int64_t)s->n_prompts, G, s->hp[FP4RL_RL_ADV_NORM] != 0, adv, &zero_groups);
     /* 5. log pi_old with the current weights and the training numerics */
-    if (!st) st = fp4rl_model_run(m, tokens, lengths, NULL, n, T, NULL, logp_old, 0, NULL, NULL, temp, fn);
+    if (!st) st = fp4rl_model_run(m, tokens, lengths, NULL, n, T, NULL, logp_old, 0, NULL, NULL, temp, micro, fn);
     /* the KL reference: the weights at the first step with beta > 0, kept on the device */
     if (!st && logp_ref) {
         const size_t bytes = (size_t)m->total * sizeof(float);
@@ -506,7 +510,7 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
         }
         float *live = m->w;
         m->w = s->ref_w; /* a forward with the reference weights */
-        if (!st) st = fp4rl_model_run(m, tokens, lengths, NULL, n, T, NULL, logp_ref, 0, NULL, NULL, temp, fn);
+        if (!st) st = fp4rl_model_run(m, tokens, lengths, NULL, n, T, NULL, logp_ref, 0, NULL, NULL, temp, micro, fn);
         m->w = live;
     }
     /* mismatch between the rollout's log mu and the trainer's log pi_old */
@@ -560,7 +564,7 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
             pc.nonempty = norm[1];
             const fp4rl_loss_hook hook = {pg_hook, &pc};
             double loss, gn = 0;
-            st = fp4rl_model_run(m, tokens + pc.seq0 * T, lengths + pc.seq0, NULL, pc.nseq, T, NULL, NULL, 1, &loss, &hook, temp, fn);
+            st = fp4rl_model_run(m, tokens + pc.seq0 * T, lengths + pc.seq0, NULL, pc.nseq, T, NULL, NULL, 1, &loss, &hook, temp, micro, fn);
             if (!st && !isfinite(loss))
                 st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the policy loss of minibatch %lld is %g, not finite; its update was not applied", fn, (long long)b, loss);
             if ((st = fp4rl_dist_agree(ctx, st, entry))) {

@@ -105,6 +105,9 @@ typedef struct fp4rl_backend {
     fp4rl_status (*allreduce)(fp4rl_context *ctx, void *buf, int64_t n, fp4rl_reduce_kind kind);
     /* Bytes held by the context (fp4rl_context_memory); reset_peak != 0 first sets peak = in use. */
     void (*memory_stats)(fp4rl_context *ctx, size_t *in_use, size_t *peak, size_t *reserved, int reset_peak);
+    /* Bytes the context could still allocate now: the device's free memory plus what its caching
+     * allocator holds unused (automatic micro-batch sizing). */
+    size_t (*memory_available)(fp4rl_context *ctx);
 } fp4rl_backend;
 
 struct fp4rl_context {
@@ -121,6 +124,7 @@ struct fp4rl_context {
      * run their collectives through be->allreduce */
     int rank, world_size;
     int comm;
+    size_t mem_budget; /* tests: when non-zero, the bytes automatic micro-batch sizing assumes free */
 };
 
 FP4RL_HIDDEN extern const fp4rl_backend fp4rl_cpu_backend;

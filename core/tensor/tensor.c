@@ -289,7 +289,7 @@ fp4rl_status fp4rl_tensor_import_quantized(fp4rl_tensor **out, fp4rl_context *ct
 
 fp4rl_status fp4rl_tensor_to_cpu(fp4rl_tensor **out, fp4rl_context *host, const fp4rl_tensor *t)
 {
-    fp4rl_tensor *h;
+    fp4rl_tensor *h = NULL;
     fp4rl_status st = fp4rl_tensor_alloc(&h, host, t->dtype, t->ndim, t->dims, fp4rl_dtype_is_quantized(t->dtype) ? &t->q : NULL, "fp4rl_tensor_to_cpu");
     if (st) return st;
     h->tensor_scale = t->tensor_scale;

@@ -406,9 +406,17 @@ typedef enum fp4rl_mparam {
     FP4RL_MP_BETA1 = 2,          /* [0, 1); default 0.9 */
     FP4RL_MP_BETA2 = 3,          /* [0, 1); default 0.999 */
     FP4RL_MP_ADAM_EPS = 4,       /* (0, 1]; default 1e-8 */
-    FP4RL_MP_GRAD_CLIP = 5       /* clip the global gradient norm to this; 0 = off (default) */
+    FP4RL_MP_GRAD_CLIP = 5,      /* clip the global gradient norm to this; 0 = off (default) */
+    FP4RL_MP_MICROBATCH_TOKENS = 6 /* tokens (batch rows x seq_len) per micro-batch of
+                                      fp4rl_model_compute_gradients / _train_step / _logits /
+                                      _token_logprobs: the batch runs in micro-batches of whole
+                                      sequences (at least one) whose gradients accumulate; the loss
+                                      is normalised over the whole batch, so results equal one pass
+                                      up to the order of FP32 sums (and the draws of stochastic
+                                      rounding). 0 = automatic (default): sized from the free memory
+                                      of the context's device and the model; an integer in 0 .. 2^40 */
 } fp4rl_mparam;
-#define FP4RL_MP_COUNT 6
+#define FP4RL_MP_COUNT 7
 FP4RL_API fp4rl_status fp4rl_model_set_hparam(fp4rl_model *m, fp4rl_mparam param, double value);
 FP4RL_API fp4rl_status fp4rl_model_get_hparam(const fp4rl_model *m, fp4rl_mparam param, double *value);
 
@@ -506,11 +514,16 @@ typedef enum fp4rl_rlparam {
     FP4RL_RL_EPOCHS = 13,         /* passes over the rollout, 1..100 [1] */
     FP4RL_RL_GRAD_CLIP = 14,      /* global-norm clip, 0 = off [1.0] */
     FP4RL_RL_SEED = 15,           /* seed of sampling, 0 .. 2^53 [0] */
-    FP4RL_RL_ALLREDUCE_BF16 = 16  /* distributed contexts: 0 = all-reduce the gradients in FP32 [0];
+    FP4RL_RL_ALLREDUCE_BF16 = 16, /* distributed contexts: 0 = all-reduce the gradients in FP32 [0];
                                      1 = in BF16 (half the bytes; each rank's gradient and the sums
                                      rounded to BF16). No effect in a single-process context */
+    FP4RL_RL_MICROBATCH_TOKENS = 17 /* tokens per micro-batch of the trainer's passes (log pi_old,
+                                       the KL reference, each minibatch's loss and backward), as
+                                       FP4RL_MP_MICROBATCH_TOKENS: whole completions, gradients
+                                       accumulated, the minibatch's loss normalisation; 0 = automatic
+                                       from the free device memory [0]; an integer in 0 .. 2^40 */
 } fp4rl_rlparam;
-#define FP4RL_RL_PARAM_COUNT 17
+#define FP4RL_RL_PARAM_COUNT 18
 
 /* Creates a session that trains `model` (borrowed: it must outlive the session and belong to
  * `ctx`) with `policy` (copied; it becomes the model's policy; NULL keeps the model's). The

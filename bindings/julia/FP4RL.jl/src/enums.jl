@@ -12,8 +12,8 @@ const VERSION_PATCH = 0
 const VERSION_NUMBER = 100
 const MAX_DIMS = 8
 const QP_COUNT = 15
-const MP_COUNT = 6
-const RL_PARAM_COUNT = 17
+const MP_COUNT = 7
+const RL_PARAM_COUNT = 18
 # Bytes of an NCCL unique id ([`nccl_unique_id`](@ref)).
 const NCCL_UNIQUE_ID_BYTES = 128
 
@@ -121,6 +121,7 @@ end
     MP_BETA2 = 3
     MP_ADAM_EPS = 4
     MP_GRAD_CLIP = 5
+    MP_MICROBATCH_TOKENS = 6 # tokens per micro-batch of a pass; 0 = automatic from the free device memory
 end
 
 "Size or counter of a [`Model`](@ref) (`fp4rl_model_info`)."
@@ -158,6 +159,7 @@ end
     RL_GRAD_CLIP = 14
     RL_SEED = 15
     RL_ALLREDUCE_BF16 = 16   # distributed contexts: gradients all-reduced in BF16 (1) or FP32 (0)
+    RL_MICROBATCH_TOKENS = 17 # tokens per micro-batch of the trainer's passes; 0 = automatic
 end
 
 # An enum value or a plain integer as the C int of a parameter. Plain integers are accepted so

@@ -178,7 +178,8 @@ pub const FP4RL_MP_BETA1: fp4rl_mparam = 2;
 pub const FP4RL_MP_BETA2: fp4rl_mparam = 3;
 pub const FP4RL_MP_ADAM_EPS: fp4rl_mparam = 4;
 pub const FP4RL_MP_GRAD_CLIP: fp4rl_mparam = 5;
-pub const FP4RL_MP_COUNT: c_int = 6;
+pub const FP4RL_MP_MICROBATCH_TOKENS: fp4rl_mparam = 6;
+pub const FP4RL_MP_COUNT: c_int = 7;
 
 pub type fp4rl_model_info = c_int;
 pub const FP4RL_MI_VOCAB_SIZE: fp4rl_model_info = 0;
@@ -230,7 +231,8 @@ pub const FP4RL_RL_EPOCHS: fp4rl_rlparam = 13;
 pub const FP4RL_RL_GRAD_CLIP: fp4rl_rlparam = 14;
 pub const FP4RL_RL_SEED: fp4rl_rlparam = 15;
 pub const FP4RL_RL_ALLREDUCE_BF16: fp4rl_rlparam = 16;
-pub const FP4RL_RL_PARAM_COUNT: c_int = 17;
+pub const FP4RL_RL_MICROBATCH_TOKENS: fp4rl_rlparam = 17;
+pub const FP4RL_RL_PARAM_COUNT: c_int = 18;
 
 // Functions, in the header's order. `size_t` is `usize` (the same width and ABI on every
 // platform Rust and the library support); `const T *` is `*const T`, `T *` is `*mut T`.

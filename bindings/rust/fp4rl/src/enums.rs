@@ -213,6 +213,9 @@ c_enum! {
         AdamEps = sys::FP4RL_MP_ADAM_EPS,
         /// clip the global gradient norm to this; 0 = off (default)
         GradClip = sys::FP4RL_MP_GRAD_CLIP,
+        /// tokens per micro-batch of a pass (whole sequences, gradients accumulated, the whole
+        /// batch's loss normalisation); 0 = automatic from the free device memory (default)
+        MicrobatchTokens = sys::FP4RL_MP_MICROBATCH_TOKENS,
     }
 }
 
@@ -271,5 +274,7 @@ c_enum! {
         Seed = sys::FP4RL_RL_SEED,
         /// distributed contexts: 0 = all-reduce the gradients in FP32 [0]; 1 = in BF16
         AllreduceBf16 = sys::FP4RL_RL_ALLREDUCE_BF16,
+        /// tokens per micro-batch of the trainer's passes; 0 = automatic from the free device memory [0]
+        MicrobatchTokens = sys::FP4RL_RL_MICROBATCH_TOKENS,
     }
 }
