@@ -102,8 +102,8 @@ START_TEST(test_deep_rl_step)
 }
 END_TEST
 
-/* A per-token loss on the log-probs for the hook path: sum_n w_n logp_n + 0.01 entropy_n. */
-/* A per-token loss with weights by the row's place in the whole batch (user: T). */
+/* The hook path's per-token loss on the log-probs, sum_n w_n logp_n + 0.01 entropy_n, with weights
+ * by the row's place in the whole batch (user: T). */
 static fp4rl_status weighted_logp(void *user, int64_t b0, int64_t nb, const float *logp, const float *entropy, float *dlogp,
                                   double *loss)
 {
@@ -232,6 +232,64 @@ START_TEST(test_microbatches_equal_one_pass)
 }
 END_TEST
 
+/* A reward that varies within a group of a random model's completions. */
+static int token_sum(void *user, size_t pi, const int32_t *p, size_t pl, const int32_t *c, size_t cl, double *r)
+{
+    (void)user; (void)pi; (void)p; (void)pl;
+    double k = 0;
+    for (size_t i = 0; i < cl; i++) k += c[i] % 5;
+    *r = k;
+    return 0;
+}
+
+/* An RL step whose trainer runs in micro-batches of one completion (FP4RL_RL_MICROBATCH_TOKENS)
+ * against one pass, from the same weights and seed (FP32 training numerics): the same rollout,
+ * so the same loss (1e-6 absolute) and gradient norm (1e-6) and the same update (1e-5 on the
+ * weight change). */
+START_TEST(test_rl_microbatches_equal_one_pass)
+{
+    fp4rl_quant_policy *p = preset_policy(FP4RL_PRESET_HIF4_RL, 0);
+    ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_TRAIN_NUMERICS, FP4RL_NUMERICS_FP32), FP4RL_OK);
+    double loss[2], gn[2];
+    float *w0 = NULL, *dw[2];
+    int64_t total = 0;
+    for (int k = 0; k < 2; k++) {
+        fp4rl_context_set_seed(ctx, 5);
+        fp4rl_model *m;
+        ck_assert_msg(fp4rl_model_create(&m, ctx, config(3, 64), p, 1) == FP4RL_OK, "%s", fp4rl_last_error());
+        total = m->total;
+        if (!w0) {
+            w0 = malloc((size_t)total * sizeof(float));
+            memcpy(w0, m->w, (size_t)total * sizeof(float));
+        }
+        fp4rl_rl_session *s;
+        ck_assert_int_eq(fp4rl_rl_session_create(&s, ctx, m, p), FP4RL_OK);
+        ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_GROUP_SIZE, 4), FP4RL_OK);
+        ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_MAX_NEW_TOKENS, 6), FP4RL_OK);
+        ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_LR, 1e-3), FP4RL_OK);
+        ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_MICROBATCH_TOKENS, k ? 1 : 1e9), FP4RL_OK);
+        const int32_t prompts[6] = {1, 2, 3, 4, 5, 6};
+        const size_t off[3] = {0, 3, 6};
+        ck_assert_msg(fp4rl_rl_session_step(s, prompts, off, 2, token_sum, NULL) == FP4RL_OK, "case %d: %s", k, fp4rl_last_error());
+        ck_assert_int_eq(fp4rl_rl_session_metric(s, "pg/loss", &loss[k]), FP4RL_OK);
+        ck_assert_int_eq(fp4rl_rl_session_metric(s, "grad_norm", &gn[k]), FP4RL_OK);
+        dw[k] = malloc((size_t)total * sizeof(float));
+        for (int64_t i = 0; i < total; i++) dw[k][i] = m->w[i] - w0[i];
+        fp4rl_rl_session_destroy(s);
+        fp4rl_model_destroy(m);
+    }
+    ck_assert_msg(gn[0] > 0 && fabs(gn[1] - gn[0]) <= 1e-6 * gn[0], "grad norm %.9g vs %.9g", gn[1], gn[0]);
+    /* the first step's loss is a cancelling sum near 0 (rho = 1, advantages of mean 0): absolute */
+    ck_assert_msg(fabs(loss[1] - loss[0]) <= 1e-6, "loss %.9g vs %.9g", loss[1], loss[0]);
+    const double e = fp4rl_l2rel(dw[1], dw[0], total);
+    ck_assert_msg(e <= 1e-5, "weight change rel. error %.3g", e);
+    free(w0);
+    free(dw[0]);
+    free(dw[1]);
+    fp4rl_quant_policy_destroy(p);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model_memory");
@@ -242,6 +300,7 @@ int main(void)
     tcase_add_test(tc, test_deep_rl_step);
     tcase_add_test(tc, test_chunked_head_equals_unchunked);
     tcase_add_test(tc, test_microbatches_equal_one_pass);
+    tcase_add_test(tc, test_rl_microbatches_equal_one_pass);
     suite_add_tcase(s, tc);
     return fp4rl_check_run(s);
 }
