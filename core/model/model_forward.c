@@ -284,8 +284,13 @@ static double pass_bytes_per_token(const fp4rl_model *m, int backward)
     return 4.0 * (layers * (saved + operands) + temps + outer);
 }
 
-/* Sequences per micro-batch: `micro_tokens` / T (at least one); 0 = automatic, what fits in 85% of
- * the memory the context can still allocate after the LM head's chunk budget. */
+/* Automatic micro-batches hold at most this many tokens: GEMMs of 4096 rows already run near the
+ * tensor cores' rate, and more rows only cost activation memory (PyTorch trainers use 16 x 384). */
+#define FP4RL_AUTO_MICRO_TOKENS 4096
+
+/* Sequences per micro-batch: `micro_tokens` / T (at least one); 0 = automatic: what fits in 85% of
+ * the memory the context can still allocate after the LM head's chunk budget, at most
+ * FP4RL_AUTO_MICRO_TOKENS tokens. */
 static int64_t micro_seqs(const fp4rl_model *m, int64_t B, int64_t T, int backward, int64_t micro_tokens)
 {
     int64_t tokens = micro_tokens;
@@ -294,8 +299,9 @@ static int64_t micro_seqs(const fp4rl_model *m, int64_t B, int64_t T, int backwa
         const double avail = (double)(ctx->mem_budget ? ctx->mem_budget : ctx->be->memory_available ? ctx->be->memory_available(ctx) : 0);
         const double head = 3.0 * (double)(m->head_chunk_bytes ? m->head_chunk_bytes : FP4RL_HEAD_CHUNK_BYTES);
         const double usable = 0.85 * avail - head;
-        if (avail <= 0) return B; /* no estimate: one pass */
-        tokens = usable > 0 ? (int64_t)(usable / pass_bytes_per_token(m, backward)) : 0;
+        tokens = avail <= 0 ? FP4RL_AUTO_MICRO_TOKENS /* no estimate */
+                 : usable > 0 ? (int64_t)(usable / pass_bytes_per_token(m, backward)) : 0;
+        if (tokens > FP4RL_AUTO_MICRO_TOKENS) tokens = FP4RL_AUTO_MICRO_TOKENS;
     }
     const int64_t seqs = tokens / T;
     return seqs < 1 ? 1 : seqs > B ? B : seqs;
