@@ -44,9 +44,10 @@ static fp4rl_status check_batch(const fp4rl_model *m, const int32_t *tokens, con
  * GEMMs makes of it (the CPU: twice, one per backward GEMM). One chunk when the batch fits:
  * then the results are bit-identical to an unchunked head; otherwise the head's weight gradient
  * and the loss are summed over chunks (FP32 sum order). */
+static size_t head_budget(const fp4rl_model *m) { return m->head_chunk_bytes ? m->head_chunk_bytes : FP4RL_HEAD_CHUNK_BYTES; }
 static int64_t head_rows(const fp4rl_model *m, int64_t N)
 {
-    const size_t budget = m->head_chunk_bytes ? m->head_chunk_bytes : FP4RL_HEAD_CHUNK_BYTES;
+    const size_t budget = head_budget(m);
     const size_t per_row = 11 * (size_t)m->cfg.vocab_size * sizeof(float) / 2;
     const int64_t r = (int64_t)(budget / per_row);
     return r < 1 ? 1 : r > N ? N : r;
@@ -297,7 +298,7 @@ static int64_t micro_seqs(const fp4rl_model *m, int64_t B, int64_t T, int backwa
     if (tokens <= 0) {
         fp4rl_context *ctx = m->ctx;
         const double avail = (double)(ctx->mem_budget ? ctx->mem_budget : ctx->be->memory_available ? ctx->be->memory_available(ctx) : 0);
-        const double head = 3.0 * (double)(m->head_chunk_bytes ? m->head_chunk_bytes : FP4RL_HEAD_CHUNK_BYTES);
+        const double head = 3.0 * (double)head_budget(m);
         const double usable = 0.85 * avail - head;
         tokens = avail <= 0 ? FP4RL_AUTO_MICRO_TOKENS /* no estimate */
                  : usable > 0 ? (int64_t)(usable / pass_bytes_per_token(m, backward)) : 0;
