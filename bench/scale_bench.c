@@ -8,7 +8,10 @@
  * The PyTorch + HF reference of the same shapes is bench/scale_torch.py; bench/device_scale.sh
  * runs both.
  *   fp4rl_scale_bench CONFIG.json [--numerics bf16|hif4] [--prompts P] [--group G]
- *                     [--prompt-len L] [--new-tokens N] [--steps S] [--cpu]
+ *                     [--prompt-len L] [--new-tokens N] [--steps S] [--cpu] [--train-only]
+ * --train-only: no rollout; each step is the trainer's work on P*G random sequences of L + N
+ * tokens through the model ABI: their log-probs (log pi_old) and one supervised train step
+ * (forward, backward, AdamW). What to profile the trainer with (tools/kprof.cpp).
  * A failing call is a result, not a crash: the line then has "ok": false, the status and the
  * library's message, and the exit status is still 0 (2 only for bad command-line arguments).
  */
@@ -160,7 +163,7 @@ static int usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s CONFIG.json [--numerics bf16|hif4] [--prompts P] [--group G] [--prompt-len L]\n"
-            "       [--new-tokens N] [--steps S] [--cpu]\n",
+            "       [--new-tokens N] [--steps S] [--cpu] [--train-only]\n",
             argv0);
     return 2;
 }
@@ -178,11 +181,12 @@ int main(int argc, char **argv)
 {
     result r = {.numerics = "bf16", .prompts = 16, .group = 8, .prompt_len = 128, .new_tokens = 256, .steps = 2};
     const char *config_path = NULL;
-    int cpu = 0;
+    int cpu = 0, train_only = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         size_t steps = 0;
         if (!strcmp(a, "--cpu")) cpu = 1;
+        else if (!strcmp(a, "--train-only")) train_only = 1;
         else if (!strcmp(a, "--numerics") && v && (!strcmp(v, "bf16") || !strcmp(v, "hif4"))) r.numerics = argv[++i];
         else if (!strcmp(a, "--prompts") && v && !parse_size(v, &r.prompts)) i++;
         else if (!strcmp(a, "--group") && v && !parse_size(v, &r.group)) i++;
@@ -201,7 +205,8 @@ int main(int argc, char **argv)
     fp4rl_quant_policy *policy = NULL;
     fp4rl_model *model = NULL;
     fp4rl_rl_session *sess = NULL;
-    int32_t *prompts = NULL;
+    int32_t *prompts = NULL, *seqs = NULL;
+    float *logp = NULL;
     size_t *offsets = NULL;
     char *config = read_text(config_path);
     if (!config) {
@@ -242,6 +247,32 @@ int main(int argc, char **argv)
     }
     for (size_t p = 0; p <= r.prompts; p++) offsets[p] = p * r.prompt_len;
 
+    if (train_only) { /* the trainer alone: log pi_old and one forward + backward + AdamW per step */
+        const size_t B = r.prompts * r.group, T = r.prompt_len + r.new_tokens;
+        seqs = malloc(sizeof(int32_t) * B * T);
+        logp = malloc(sizeof(float) * B * T);
+        if (!seqs || !logp) {
+            r.failed_call = "malloc(seqs)";
+            r.status = FP4RL_ERR_OUT_OF_MEMORY;
+            snprintf(r.error, sizeof(r.error), "out of host memory for the sequences");
+            goto report;
+        }
+        for (size_t i = 0; i < B * T; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            seqs[i] = (int32_t)(x % id_range);
+        }
+        for (int s = 0; s < r.steps; s++) {
+            const double ts = now();
+            double loss = 0;
+            TRY(&r, fp4rl_model_token_logprobs(model, seqs, NULL, (int64_t)B, (int64_t)T, logp, sizeof(float) * B * T));
+            TRY(&r, fp4rl_model_train_step(model, seqs, NULL, NULL, (int64_t)B, (int64_t)T, &loss, NULL));
+            r.train_s = r.step_s = now() - ts;
+            r.rollout_s = 0;
+            r.have_step = 1;
+        }
+        goto report;
+    }
+
     TRY(&r, fp4rl_rl_session_create(&sess, ctx, model, NULL));
     TRY(&r, fp4rl_rl_session_set(sess, FP4RL_RL_GROUP_SIZE, (double)r.group));
     TRY(&r, fp4rl_rl_session_set(sess, FP4RL_RL_MAX_NEW_TOKENS, (double)r.new_tokens));
@@ -266,6 +297,8 @@ report:
     fp4rl_quant_policy_destroy(policy);
     fp4rl_context_destroy(ctx);
     free(prompts);
+    free(seqs);
+    free(logp);
     free(offsets);
     free(config);
     return 0;

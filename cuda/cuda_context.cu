@@ -140,6 +140,7 @@ static const fp4rl_backend cuda_backend = {
     fp4rl_cuda_allreduce,
     fp4rl_cuda_memory_stats,
     fp4rl_cuda_memory_available,
+    (size_t)2 << 30, /* head_chunk_max: ~600 rows of 151,936 FP32 logits and their gradients */
 };
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20) /* what cuBLASLt suggests for Hopper */

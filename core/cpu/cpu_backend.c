@@ -124,4 +124,5 @@ const fp4rl_backend fp4rl_cpu_backend = {
     .context_destroy = cpu_context_destroy,
     .memory_stats = cpu_memory_stats,
     .memory_available = cpu_memory_available,
+    .head_chunk_max = (size_t)256 << 20,
 };

@@ -29,19 +29,28 @@ fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_ba
     float *o = fp4rl_arena_f32(a, N * C); /* temporary: o, then the down projection */
     if (a->st) return a->st;
     TRY(ops->rmsnorm_forward(ctx, A->ln1, A->rstd1, x_in, W(l, FP4RL_LP_LN1), N, C, eps));
-    TRY(fp4rl_linear_forward(m, a, &s_qk, &A->sv[FP4RL_LIN_Q], A->q, A->ln1, W(l, FP4RL_LP_Q_W), W(l, FP4RL_LP_Q_B), N, C, QD));
-    TRY(fp4rl_linear_forward(m, a, &s_qk, &A->sv[FP4RL_LIN_K], A->k, A->ln1, W(l, FP4RL_LP_K_W), W(l, FP4RL_LP_K_B), N, C, KD));
-    TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_V], A->v, A->ln1, W(l, FP4RL_LP_V_W), W(l, FP4RL_LP_V_B), N, C, KD));
+    /* q/k/v read one operand of ln1 and gate/up one of ln2 where the numerics allow */
+    fp4rl_linear_saved ln1_op = {0}, ln2_op = {0};
+    const int share_k = fp4rl_linear_same_activation(m, &s_qk, &s_qk), share_v = fp4rl_linear_same_activation(m, &s_qk, &s_blk);
+    const int share_up = fp4rl_linear_same_activation(m, &s_blk, &s_blk);
+    TRY(fp4rl_linear_forward(m, a, &s_qk, &A->sv[FP4RL_LIN_Q], A->q, A->ln1, W(l, FP4RL_LP_Q_W), W(l, FP4RL_LP_Q_B), N, C, QD, NULL));
+    ln1_op.xb = A->sv[FP4RL_LIN_Q].xb;
+    TRY(fp4rl_linear_forward(m, a, &s_qk, &A->sv[FP4RL_LIN_K], A->k, A->ln1, W(l, FP4RL_LP_K_W), W(l, FP4RL_LP_K_B), N, C, KD,
+                             share_k ? &ln1_op : NULL));
+    TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_V], A->v, A->ln1, W(l, FP4RL_LP_V_W), W(l, FP4RL_LP_V_B), N, C, KD,
+                             share_v ? &ln1_op : NULL));
     TRY(ops->rope_forward(ctx, A->q, A->q, bt->pos, N, Hq, D, theta));
     TRY(ops->rope_forward(ctx, A->k, A->k, bt->pos, N, Hkv, D, theta));
     TRY(ops->attention_forward(ctx, A->att, A->lse, A->q, A->k, A->v, bt->len, bt->B, bt->T, Hq, Hkv, D));
-    TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_O], o, A->att, W(l, FP4RL_LP_O_W), NULL, N, QD, C));
+    TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_O], o, A->att, W(l, FP4RL_LP_O_W), NULL, N, QD, C, NULL));
     TRY(ops->residual_forward(ctx, A->x1, x_in, o, N * C));
     TRY(ops->rmsnorm_forward(ctx, A->ln2, A->rstd2, A->x1, W(l, FP4RL_LP_LN2), N, C, eps));
-    TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_GATE], A->gate, A->ln2, W(l, FP4RL_LP_GATE_W), NULL, N, C, I));
-    TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_UP], A->up, A->ln2, W(l, FP4RL_LP_UP_W), NULL, N, C, I));
+    TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_GATE], A->gate, A->ln2, W(l, FP4RL_LP_GATE_W), NULL, N, C, I, NULL));
+    ln2_op.xb = A->sv[FP4RL_LIN_GATE].xb;
+    TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_UP], A->up, A->ln2, W(l, FP4RL_LP_UP_W), NULL, N, C, I,
+                             share_up ? &ln2_op : NULL));
     TRY(ops->swiglu_forward(ctx, A->h, A->gate, A->up, N * I));
-    TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_DOWN], o, A->h, W(l, FP4RL_LP_DOWN_W), NULL, N, I, C));
+    TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_DOWN], o, A->h, W(l, FP4RL_LP_DOWN_W), NULL, N, I, C, NULL));
     TRY(ops->residual_forward(ctx, A->x_out, A->x1, o, N * C));
     fp4rl_arena_release(a, o);
     return FP4RL_OK;

@@ -88,8 +88,13 @@ typedef struct fp4rl_linear_spec {
     fp4rl_dtype fmt[3];
     int tile[3];
 } fp4rl_linear_spec;
-/* The forward GEMM's operands, kept for backward (the originals in FP32 mode). */
-typedef struct fp4rl_linear_saved { float *xq, *wq; } fp4rl_linear_saved;
+/* The forward GEMM's operands, kept for backward. The FP32 path keeps FP32 values (the originals
+ * in FP32 mode); the BF16 path (core/model/model_linear.c) keeps the activation's operand as BF16
+ * bits and the weight's only when it cannot be re-made (stochastic 2D tiles) or was given. */
+typedef struct fp4rl_linear_saved {
+    float *xq, *wq;
+    uint16_t *xb, *wb;
+} fp4rl_linear_saved;
 
 /* A transformer-block linear in the training (rollout = 0) or rollout numerics of the model's
  * policy; q_proj and k_proj (is_qk) take FP4RL_QP_FORMAT_QK when set. The LM head: BF16 operands
@@ -103,10 +108,21 @@ FP4RL_HIDDEN fp4rl_linear_spec fp4rl_head_linear_spec(const fp4rl_model *m, int 
 FP4RL_HIDDEN int fp4rl_linear_bf16_exact(const fp4rl_linear_spec *s, fp4rl_role role);
 FP4RL_HIDDEN fp4rl_status fp4rl_linear_operand(fp4rl_model *m, fp4rl_arena *a, float *dst, float *src, int64_t rows,
                                                int64_t cols, const fp4rl_linear_spec *s, fp4rl_role role, int along_rows);
-/* y [N, OUT] = x w^T + b in the spec's numerics; sv keeps the operands for backward. */
+/* y [N, OUT] = x w^T + b in the spec's numerics; sv keeps the operands for backward (in arena a).
+ * reuse (optional): BF16 operands made earlier, used instead of making them again: xb, the
+ * forward operand of this same x (valid when fp4rl_linear_same_activation says so), and wb, this
+ * w's from fp4rl_linear_weight_operand. */
 FP4RL_HIDDEN fp4rl_status fp4rl_linear_forward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s,
                                                fp4rl_linear_saved *sv, float *y, float *x, float *w, const float *b,
-                                               int64_t N, int64_t IN, int64_t OUT);
+                                               int64_t N, int64_t IN, int64_t OUT, const fp4rl_linear_saved *reuse);
+/* The forward operand of weight w [OUT, IN] as BF16 bits in arena a, to reuse across calls while w
+ * does not change (the LM head over its chunks of rows); NULL when the linear does not take the
+ * BF16 path or its weight draws random numbers (then a->st is unchanged), or on failure (a->st). */
+FP4RL_HIDDEN uint16_t *fp4rl_linear_weight_operand(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, float *w,
+                                                  int64_t OUT, int64_t IN);
+/* 1 when linears of specs a and b make the same BF16 forward operand of one x (q/k/v of ln1,
+ * gate/up of ln2), which can then be made once. */
+FP4RL_HIDDEN int fp4rl_linear_same_activation(const fp4rl_model *m, const fp4rl_linear_spec *a, const fp4rl_linear_spec *b);
 /* dx (optional) += dY W, dw += dY^T X, db (optional) += sum dY, each GEMM on its own operands. */
 FP4RL_HIDDEN fp4rl_status fp4rl_linear_backward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s,
                                                 const fp4rl_linear_saved *sv, float *dx, float *dw, float *db, float *dy,

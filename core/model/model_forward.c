@@ -38,13 +38,29 @@ static fp4rl_status check_batch(const fp4rl_model *m, const int32_t *tokens, con
     return FP4RL_OK;
 }
 
-/* Rows of the LM head processed at once: what a chunk holds of [rows, V] within the byte budget
- * (m->head_chunk_bytes, 0 = FP4RL_HEAD_CHUNK_BYTES). Counted per row: the logits, their gradient,
- * the gradient's GEMM operand, its BF16 copy (half) and the FP32 widening a backend without BF16
- * GEMMs makes of it (the CPU: twice, one per backward GEMM). One chunk when the batch fits:
- * then the results are bit-identical to an unchunked head; otherwise the head's weight gradient
- * and the loss are summed over chunks (FP32 sum order). */
-static size_t head_budget(const fp4rl_model *m) { return m->head_chunk_bytes ? m->head_chunk_bytes : FP4RL_HEAD_CHUNK_BYTES; }
+/* The memory the context can still allocate (the test override ctx->mem_budget first); 0 when
+ * the backend cannot say. */
+static double memory_left(const fp4rl_model *m)
+{
+    const fp4rl_context *ctx = m->ctx;
+    return (double)(ctx->mem_budget ? ctx->mem_budget : ctx->be->memory_available ? ctx->be->memory_available(m->ctx) : 0);
+}
+
+/* Rows of the LM head processed at once: what a chunk holds of [rows, V] within the byte budget:
+ * m->head_chunk_bytes when set, else 1/32 of the memory left, at least FP4RL_HEAD_CHUNK_BYTES and
+ * at most the backend's head_chunk_max (a GPU's GEMMs and row reductions want hundreds of rows).
+ * Counted per row: the logits, their gradient, the gradient's GEMM operand, its BF16 copy (half)
+ * and the FP32 widening a backend without BF16 GEMMs makes of it (the CPU: twice, one per
+ * backward GEMM). One chunk when the batch fits: then the results are bit-identical to an
+ * unchunked head; otherwise the head's weight gradient and the loss are summed over chunks (FP32
+ * sum order). */
+static size_t head_budget(const fp4rl_model *m)
+{
+    if (m->head_chunk_bytes) return m->head_chunk_bytes;
+    const size_t cap = m->ctx->be->head_chunk_max ? m->ctx->be->head_chunk_max : FP4RL_HEAD_CHUNK_BYTES;
+    const double share = memory_left(m) / 32;
+    return share < (double)FP4RL_HEAD_CHUNK_BYTES ? FP4RL_HEAD_CHUNK_BYTES : share > (double)cap ? cap : (size_t)share;
+}
 static int64_t head_rows(const fp4rl_model *m, int64_t N)
 {
     const size_t budget = head_budget(m);
@@ -53,13 +69,15 @@ static int64_t head_rows(const fp4rl_model *m, int64_t N)
     return r < 1 ? 1 : r > N ? N : r;
 }
 
-/* logits [rows, V] of lnf rows r0.. (the head's forward; sv keeps its operands in `a`). */
+/* logits [rows, V] of lnf rows r0.. (the head's forward; sv keeps its operands in `a`); w_op
+ * (optional): the head weight's operand, made once for all chunks. */
 static fp4rl_status head_logits(fp4rl_model *m, fp4rl_arena *a, fp4rl_linear_saved *sv, float *logits, float *lnf,
-                                int64_t r0, int64_t rows)
+                                int64_t r0, int64_t rows, const fp4rl_linear_saved *w_op)
 {
     const fp4rl_linear_spec s = fp4rl_head_linear_spec(m, 0);
     const int64_t C = m->cfg.hidden_size, V = m->cfg.vocab_size;
-    return fp4rl_linear_forward(m, a, &s, sv, logits, lnf + r0 * C, fp4rl_model_w(m, fp4rl_model_p_head(m)), NULL, rows, C, V);
+    return fp4rl_linear_forward(m, a, &s, sv, logits, lnf + r0 * C, fp4rl_model_w(m, fp4rl_model_p_head(m)), NULL, rows, C, V,
+                                w_op);
 }
 
 /* The head's backward for rows r0..: dlnf rows += dlogits W, dW_head += dlogits^T lnf rows. */
@@ -74,6 +92,15 @@ static fp4rl_status head_backward(fp4rl_model *m, const fp4rl_linear_saved *sv, 
                                             lnf + r0 * C, fp4rl_model_w(m, p_head), rows, C, V);
     fp4rl_arena_free(&t);
     return st;
+}
+
+/* Rows [r0, r0 + rows)'s share of the batch's loss targets: the weight of their chunk's mean
+ * cross-entropy in the batch's. */
+static double chunk_share(const float *mask, int64_t r0, int64_t rows, double mask_total)
+{
+    double part = 0;
+    for (int64_t n = r0; n < r0 + rows; n++) part += mask[n];
+    return mask_total > 0 ? part / mask_total : 0;
 }
 
 /* One pass over the micro-batch of sequences [b0, b0 + B) of a batch: its gradients are added to
@@ -145,35 +172,50 @@ static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32
         dlnf = fp4rl_arena_zeros(&a, N * C);
         if (a.st) goto arena_fail;
     }
+    /* the head weight's GEMM operand, made once for all chunks */
+    const fp4rl_linear_spec s_head = fp4rl_head_linear_spec(m, 0);
+    const fp4rl_linear_saved w_head = {.wb = fp4rl_linear_weight_operand(m, &a, &s_head, fp4rl_model_w(m, fp4rl_model_p_head(m)), V, C)};
+    if (a.st) goto arena_fail;
+    /* the cross-entropy's upstream gradient of each chunk (its share of the batch's targets) goes
+     * up before the chunks, and its loss comes down after them: no synchronization per chunk */
+    const int ce = backward && !hook, one = whole && n_chunks == 1; /* one: bit-identical to an unchunked head */
+    float *h_ce = NULL, *d_ce = NULL; /* [0, n_chunks): each chunk's loss, then [n_chunks, 2 n_chunks): its dloss */
+    if (ce) {
+        h_ce = malloc((size_t)(2 * n_chunks) * sizeof(float));
+        d_ce = fp4rl_arena_f32(&a, 2 * n_chunks);
+        if (!h_ce) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+        if (a.st || st) {
+            free(h_ce);
+            if (a.st) goto arena_fail;
+            goto done;
+        }
+        for (int64_t k = 0; k < n_chunks; k++)
+            h_ce[n_chunks + k] = one ? 1.0f : (float)chunk_share(h_mask, k * R, N - k * R < R ? N - k * R : R, mask_total);
+        st = ctx->be->upload(ctx, d_ce + n_chunks, h_ce + n_chunks, (size_t)n_chunks * sizeof(float));
+    }
     /* pass 1: logits, the log-probs and entropy; with the cross-entropy, also its backward */
     float *kept = NULL; /* one chunk: its logits stay for the hook's backward */
     fp4rl_arena kept_mem = {.ctx = ctx};
     fp4rl_linear_saved kept_sv;
-    for (int64_t k = 0; k < n_chunks && (logits_out || want_lp || backward); k++) {
+    for (int64_t k = 0; !st && k < n_chunks && (logits_out || want_lp || backward); k++) {
         const int64_t r0 = k * R, rows = N - r0 < R ? N - r0 : R;
         fp4rl_arena ca = {.ctx = ctx};
         fp4rl_linear_saved sv;
         float *logits = fp4rl_arena_f32(&ca, rows * V);
         st = ca.st;
-        if (!st) st = head_logits(m, &ca, &sv, logits, lnf, r0, rows);
+        if (!st) st = head_logits(m, &ca, &sv, logits, lnf, r0, rows, &w_head);
         if (!st && logits_out) st = ctx->be->download(ctx, logits_out + r0 * V, logits, (size_t)(rows * V) * sizeof(float));
         if (!st && temperature != 1.0f) st = ops->scale(ctx, logits, rows * V, 1.0f / temperature);
         if (!st && want_lp)
             st = ops->logprobs_forward(ctx, logp + r0, backward && hook ? ent + r0 : NULL, lse + r0, logits, d_tgt + r0, rows, V);
-        if (!st && backward && !hook) { /* the masked next-token cross-entropy, normalised over the batch */
-            double part = 0;
-            for (int64_t n = r0; n < r0 + rows; n++) part += h_mask[n];
-            const int one = whole && n_chunks == 1; /* then bit-identical to an unchunked head */
-            float lf = 0, dloss = one ? 1.0f : (float)(mask_total > 0 ? part / mask_total : 0);
+        if (!st && ce) { /* the masked next-token cross-entropy, normalised over the batch */
             float *dlogits = fp4rl_arena_zeros(&ca, rows * V);
             st = ca.st;
-            if (!st) st = ops->cross_entropy_forward(ctx, m->scalar, lse + r0, logits, d_tgt + r0, d_mask + r0, rows, V);
-            if (!st) st = ctx->be->download(ctx, &lf, m->scalar, sizeof lf);
-            if (!st) st = ctx->be->upload(ctx, m->scalar + 2, &dloss, sizeof dloss);
-            if (!st) st = ops->cross_entropy_backward(ctx, dlogits, m->scalar + 2, logits, d_tgt + r0, d_mask + r0, lse + r0, rows, V);
+            if (!st) st = ops->cross_entropy_forward(ctx, d_ce + k, lse + r0, logits, d_tgt + r0, d_mask + r0, rows, V);
+            if (!st)
+                st = ops->cross_entropy_backward(ctx, dlogits, d_ce + n_chunks + k, logits, d_tgt + r0, d_mask + r0, lse + r0, rows, V);
             if (!st && temperature != 1.0f) st = ops->scale(ctx, dlogits, rows * V, 1.0f / temperature);
             if (!st) st = head_backward(m, &sv, dlnf, dlogits, lnf, r0, rows);
-            lh += one ? (double)lf : (double)lf * (mask_total > 0 ? part / mask_total : 0);
         }
         if (!st && backward && hook && n_chunks == 1) { /* keep the chunk for pass 2 */
             kept = logits;
@@ -184,6 +226,12 @@ static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32
         fp4rl_arena_free(&ca);
         if (st) goto done;
     }
+    if (!st && ce) { /* each chunk's mean loss, weighted by its share of the batch's targets */
+        st = ctx->be->download(ctx, h_ce, d_ce, (size_t)n_chunks * sizeof(float));
+        for (int64_t k = 0; !st && k < n_chunks; k++)
+            lh += one ? (double)h_ce[k] : (double)h_ce[k] * chunk_share(h_mask, k * R, N - k * R < R ? N - k * R : R, mask_total);
+    }
+    free(h_ce);
     if (st) {
         fp4rl_arena_free(&kept_mem);
         goto done;
@@ -221,7 +269,7 @@ static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32
             if (!kept) { /* recompute the chunk's logits (deterministic: the head has no stochastic rounding) */
                 logits = fp4rl_arena_f32(&ca, rows * V);
                 st = ca.st;
-                if (!st) st = head_logits(m, &ca, &sv, logits, lnf, r0, rows);
+                if (!st) st = head_logits(m, &ca, &sv, logits, lnf, r0, rows, &w_head);
                 if (!st && temperature != 1.0f) st = ops->scale(ctx, logits, rows * V, 1.0f / temperature);
             }
             float *dlogits = st ? NULL : fp4rl_arena_zeros(&ca, rows * V);
@@ -296,8 +344,7 @@ static int64_t micro_seqs(const fp4rl_model *m, int64_t B, int64_t T, int backwa
 {
     int64_t tokens = micro_tokens;
     if (tokens <= 0) {
-        fp4rl_context *ctx = m->ctx;
-        const double avail = (double)(ctx->mem_budget ? ctx->mem_budget : ctx->be->memory_available ? ctx->be->memory_available(ctx) : 0);
+        const double avail = memory_left(m);
         const double head = 3.0 * (double)head_budget(m);
         const double usable = 0.85 * avail - head;
         tokens = avail <= 0 ? FP4RL_AUTO_MICRO_TOKENS /* no estimate */

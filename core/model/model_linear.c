@@ -184,28 +184,82 @@ int fp4rl_linear_bf16_exact(const fp4rl_linear_spec *s, fp4rl_role r)
            (s->mode[r] == FP4RL_NUM_FP4 && (s->fmt[r] == FP4RL_DTYPE_MXFP4 || s->fmt[r] == FP4RL_DTYPE_HIF4));
 }
 
-/* A BF16 copy of src [rows, cols] in arena t (NULL on failure: t->st). */
-static uint16_t *as_bf16(fp4rl_model *m, fp4rl_arena *t, const float *src, int64_t rows, int64_t cols)
+/* The BF16 path: the backend multiplies BF16 operands and all three GEMMs' operands are exactly
+ * BF16. Then the operands are made as BF16 bits in one pass from their source, and what backward
+ * keeps of them is BF16 (half the FP32 copy). The forward takes this path only when the backward
+ * can, so a saved operand always has the form its backward reads. */
+static int bf16_path(const fp4rl_model *m, const fp4rl_linear_spec *s)
 {
-    uint16_t *d = fp4rl_arena_alloc(t, rows * cols, sizeof(uint16_t));
-    if (d) t->st = m->ops->pack_bf16(m->ctx, d, cols, src, rows, cols);
-    return t->st ? NULL : d;
+    return m->ops->linear_forward_bf16 && m->ops->linear_backward_bf16 && fp4rl_linear_bf16_exact(s, FP4RL_ROLE_WEIGHT) &&
+           fp4rl_linear_bf16_exact(s, FP4RL_ROLE_ACTIVATION) && fp4rl_linear_bf16_exact(s, FP4RL_ROLE_GRADIENT);
+}
+
+/* Whether the operand of `role` draws random numbers (FP4 with stochastic rounding): then each
+ * quantization is a fresh draw, and an operand is never shared between GEMMs or re-made. */
+static int stochastic(const fp4rl_model *m, const fp4rl_linear_spec *s, fp4rl_role role)
+{
+    return s->mode[role] == FP4RL_NUM_FP4 &&
+           fp4rl_policy_value(m->policy, (fp4rl_qparam)(FP4RL_QP_ROUNDING_WEIGHT + role)) == FP4RL_ROUND_STOCHASTIC;
+}
+
+/* The GEMM operand of src [rows, cols] for `role` as BF16 bits, in arena a (NULL on failure:
+ * a->st): BF16 numerics round in the packing itself; FP4 goes through an FP32 temporary. */
+static uint16_t *bf16_operand(fp4rl_model *m, fp4rl_arena *a, float *src, int64_t rows, int64_t cols,
+                              const fp4rl_linear_spec *s, fp4rl_role role, int along_rows)
+{
+    uint16_t *d = fp4rl_arena_alloc(a, rows * cols, sizeof(uint16_t));
+    if (!d) return NULL;
+    if (s->mode[role] == FP4RL_NUM_BF16) {
+        a->st = m->ops->pack_bf16(m->ctx, d, cols, src, rows, cols);
+        return a->st ? NULL : d;
+    }
+    fp4rl_arena t = {.ctx = m->ctx};
+    float *q = fp4rl_arena_f32(&t, rows * cols);
+    fp4rl_status st = q ? fp4rl_linear_operand(m, &t, q, src, rows, cols, s, role, along_rows) : t.st;
+    if (!st) st = m->ops->pack_bf16(m->ctx, d, cols, q, rows, cols);
+    fp4rl_arena_free(&t); /* the GPU allocator reuses in stream order */
+    a->st = st;
+    return st ? NULL : d;
+}
+
+uint16_t *fp4rl_linear_weight_operand(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, float *w, int64_t OUT,
+                                      int64_t IN)
+{
+    if (!bf16_path(m, s) || stochastic(m, s, FP4RL_ROLE_WEIGHT)) return NULL;
+    return bf16_operand(m, a, w, OUT, IN, s, FP4RL_ROLE_WEIGHT, 0);
+}
+
+int fp4rl_linear_same_activation(const fp4rl_model *m, const fp4rl_linear_spec *a, const fp4rl_linear_spec *b)
+{
+    const fp4rl_role X = FP4RL_ROLE_ACTIVATION;
+    return bf16_path(m, a) && bf16_path(m, b) && !stochastic(m, a, X) && a->mode[X] == b->mode[X] &&
+           (a->mode[X] != FP4RL_NUM_FP4 || (a->fmt[X] == b->fmt[X] && a->tile[X] == b->tile[X]));
 }
 
 fp4rl_status fp4rl_linear_forward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, fp4rl_linear_saved *sv,
-                                  float *y, float *x, float *w, const float *b, int64_t N, int64_t IN, int64_t OUT)
+                                  float *y, float *x, float *w, const float *b, int64_t N, int64_t IN, int64_t OUT,
+                                  const fp4rl_linear_saved *reuse)
 {
-    fp4rl_status st = forward_operand(m, a, s, FP4RL_ROLE_WEIGHT, &sv->wq, w, OUT, IN);
-    if (!st) st = forward_operand(m, a, s, FP4RL_ROLE_ACTIVATION, &sv->xq, x, N, IN);
-    if (st) return st;
-    if (m->ops->linear_forward_bf16 && fp4rl_linear_bf16_exact(s, FP4RL_ROLE_WEIGHT) && fp4rl_linear_bf16_exact(s, FP4RL_ROLE_ACTIVATION)) {
-        fp4rl_arena t = {.ctx = m->ctx}; /* freed at once: the GPU allocator reuses in stream order */
-        const uint16_t *xb = as_bf16(m, &t, sv->xq, N, IN), *wb = xb ? as_bf16(m, &t, sv->wq, OUT, IN) : NULL;
-        st = wb ? m->ops->linear_forward_bf16(m->ctx, y, xb, wb, b, N, IN, OUT) : t.st;
+    memset(sv, 0, sizeof *sv);
+    if (bf16_path(m, s)) {
+        const fp4rl_role W = FP4RL_ROLE_WEIGHT, X = FP4RL_ROLE_ACTIVATION;
+        /* backward re-makes a deterministic weight operand (cheaper than keeping 2 bytes per
+         * weight for every block); a stochastic one it reuses with 2D tiles (the same draw) */
+        const int keep_w = stochastic(m, s, W) && s->tile[W];
+        fp4rl_arena t = {.ctx = m->ctx};
+        /* the weight first, then the activation: the FP32 path's order of random draws */
+        const uint16_t *wb = reuse && reuse->wb ? reuse->wb : bf16_operand(m, keep_w ? a : &t, w, OUT, IN, s, W, 0);
+        if (wb) sv->xb = reuse && reuse->xb && !stochastic(m, s, X) ? reuse->xb : bf16_operand(m, a, x, N, IN, s, X, 0);
+        fp4rl_status st = !wb ? (keep_w ? a->st : t.st) : !sv->xb ? a->st
+                                                                  : m->ops->linear_forward_bf16(m->ctx, y, sv->xb, wb, b, N, IN, OUT);
+        if (reuse && reuse->wb) sv->wb = reuse->wb;
+        else if (keep_w) sv->wb = (uint16_t *)wb;
         fp4rl_arena_free(&t);
         return st;
     }
-    return m->ops->linear_forward(m->ctx, y, sv->xq, sv->wq, b, N, IN, OUT);
+    fp4rl_status st = forward_operand(m, a, s, FP4RL_ROLE_WEIGHT, &sv->wq, w, OUT, IN);
+    if (!st) st = forward_operand(m, a, s, FP4RL_ROLE_ACTIVATION, &sv->xq, x, N, IN);
+    return st ? st : m->ops->linear_forward(m->ctx, y, sv->xq, sv->wq, b, N, IN, OUT);
 }
 
 /* The operand of `role` for a backward GEMM contracting along rows or the last dim: the forward
@@ -220,10 +274,30 @@ static fp4rl_status backward_operand(fp4rl_model *m, fp4rl_arena *a, const fp4rl
     return fp4rl_linear_operand(m, a, *dst, src, rows, cols, s, role, 1);
 }
 
+/* The BF16 path's backward (the same operand order, so the same random draws, as the FP32 path). */
+static fp4rl_status backward_bf16(fp4rl_model *m, fp4rl_arena *t, const fp4rl_linear_spec *s, const fp4rl_linear_saved *sv,
+                                  float *dx, float *dw, float *db, float *dy, float *x, float *w, int64_t N, int64_t IN,
+                                  int64_t OUT)
+{
+    const fp4rl_role G = FP4RL_ROLE_GRADIENT, W = FP4RL_ROLE_WEIGHT, X = FP4RL_ROLE_ACTIVATION;
+    /* dY along OUT for dX; along tokens for dW unless 2D or BF16 */
+    const uint16_t *g1 = bf16_operand(m, t, dy, N, OUT, s, G, 0);
+    const uint16_t *g2 = !g1 ? NULL : s->mode[G] == FP4RL_NUM_FP4 && !s->tile[G] ? bf16_operand(m, t, dy, N, OUT, s, G, 1) : g1;
+    /* W along OUT: the forward's values unless 1D FP4 (re-made when not kept) */
+    const int same_w = s->mode[W] != FP4RL_NUM_FP4 || s->tile[W];
+    const uint16_t *wb = !g2 ? NULL : same_w && sv->wb ? sv->wb : bf16_operand(m, t, w, OUT, IN, s, W, 1);
+    /* X along tokens: the saved forward operand unless 1D FP4 */
+    const uint16_t *xb = !wb ? NULL : s->mode[X] != FP4RL_NUM_FP4 || s->tile[X] ? sv->xb : bf16_operand(m, t, x, N, IN, s, X, 1);
+    if (!xb) return t->st ? t->st : fp4rl_fail(FP4RL_ERR_INTERNAL, "model linear: no saved forward operand");
+    return m->ops->linear_backward_bf16(m->ctx, dx, dw, db, dx ? g1 : NULL, dx ? wb : NULL, dw ? g2 : NULL, dw ? xb : NULL,
+                                        dy, N, IN, OUT);
+}
+
 fp4rl_status fp4rl_linear_backward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, const fp4rl_linear_saved *sv,
                                    float *dx, float *dw, float *db, float *dy, float *x, float *w, int64_t N, int64_t IN,
                                    int64_t OUT)
 {
+    if (bf16_path(m, s)) return backward_bf16(m, a, s, sv, dx, dw, db, dy, x, w, N, IN, OUT);
     const fp4rl_role G = FP4RL_ROLE_GRADIENT;
     float *dy_dx = dy, *dy_dw = dy, *w_dx, *x_dw;
     fp4rl_status st = FP4RL_OK;
@@ -239,22 +313,5 @@ fp4rl_status fp4rl_linear_backward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_l
     }
     if (!st) st = backward_operand(m, a, s, FP4RL_ROLE_WEIGHT, &w_dx, sv->wq, w, OUT, IN);   /* along OUT */
     if (!st) st = backward_operand(m, a, s, FP4RL_ROLE_ACTIVATION, &x_dw, sv->xq, x, N, IN); /* along tokens */
-    if (st) return st;
-    if (m->ops->linear_backward_bf16 && fp4rl_linear_bf16_exact(s, G) && fp4rl_linear_bf16_exact(s, FP4RL_ROLE_WEIGHT) &&
-        fp4rl_linear_bf16_exact(s, FP4RL_ROLE_ACTIVATION)) {
-        fp4rl_arena t = {.ctx = m->ctx};
-        const uint16_t *g1 = NULL, *wb = NULL, *g2 = NULL, *xb = NULL;
-        if (dx) {
-            g1 = as_bf16(m, &t, dy_dx, N, OUT);
-            wb = g1 ? as_bf16(m, &t, w_dx, OUT, IN) : NULL;
-        }
-        if (dw && !t.st) {
-            g2 = dy_dw == dy_dx && g1 ? g1 : as_bf16(m, &t, dy_dw, N, OUT);
-            xb = g2 ? as_bf16(m, &t, x_dw, N, IN) : NULL;
-        }
-        st = t.st ? t.st : m->ops->linear_backward_bf16(m->ctx, dx, dw, db, g1, wb, g2, xb, dy, N, IN, OUT);
-        fp4rl_arena_free(&t);
-        return st;
-    }
-    return m->ops->linear_backward(m->ctx, dx, dw, db, dy_dx, w_dx, dy_dw, x_dw, dy, N, IN, OUT);
+    return st ? st : m->ops->linear_backward(m->ctx, dx, dw, db, dy_dx, w_dx, dy_dw, x_dw, dy, N, IN, OUT);
 }

@@ -108,6 +108,10 @@ typedef struct fp4rl_backend {
     /* Bytes the context could still allocate now: the device's free memory plus what its caching
      * allocator holds unused (automatic micro-batch sizing). */
     size_t (*memory_available)(fp4rl_context *ctx);
+    /* The most bytes the LM head's chunk of rows should take (core/model/model_forward.c): the
+     * CPU's GEMM is as fast on 80 rows as on 1000, a GPU's is not, and its row reductions need
+     * rows enough to fill the device. */
+    size_t head_chunk_max;
 } fp4rl_backend;
 
 struct fp4rl_context {
