@@ -40,7 +40,7 @@ struct fp4rl_model {
     int64_t total;                   /* floats in the parameter buffer */
     float *w, *g, *adam_m, *adam_v;  /* device buffers of `total` floats */
     float *scalar;                   /* device scratch: [0] loss, [1] grad norm, [2] dloss = 1 */
-    int rollout_generic;             /* tests: 1 = the rollout never takes its fused linear path */
+    int rollout_generic;             /* tests: 1 = no fused round trips (the rollout's linear path, training operands) */
     int n_default_stop;              /* eos ids of a from_pretrained model: sessions' default stop tokens */
     int32_t default_stop[FP4RL_HF_MAX_EOS];
     size_t head_chunk_bytes;         /* the LM head's FP32 logits budget per chunk; 0 = FP4RL_HEAD_CHUNK_BYTES */
@@ -106,6 +106,8 @@ FP4RL_HIDDEN fp4rl_linear_spec fp4rl_head_linear_spec(const fp4rl_model *m, int 
 /* 1 when the GEMM operand of `role` is exactly BF16-representable (BF16 numerics, or MXFP4 / HiF4
  * FP4): such GEMMs run on BF16 operands with the FP32 path's products (core/model/model_linear.c). */
 FP4RL_HIDDEN int fp4rl_linear_bf16_exact(const fp4rl_linear_spec *s, fp4rl_role role);
+/* The fused round trip's format (FP4RL_QDQ_* of format/qdq_block.h) of dtype d, or -2 for none. */
+FP4RL_HIDDEN int fp4rl_qdq_format(fp4rl_dtype d);
 FP4RL_HIDDEN fp4rl_status fp4rl_linear_operand(fp4rl_model *m, fp4rl_arena *a, float *dst, float *src, int64_t rows,
                                                int64_t cols, const fp4rl_linear_spec *s, fp4rl_role role, int along_rows);
 /* y [N, OUT] = x w^T + b in the spec's numerics; sv keeps the operands for backward (in arena a).

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/qdq_block.h"
 #include "model/model.h"
 
 /* ---- a scratch arena of device buffers, freed together ---- */
@@ -184,6 +185,11 @@ int fp4rl_linear_bf16_exact(const fp4rl_linear_spec *s, fp4rl_role r)
            (s->mode[r] == FP4RL_NUM_FP4 && (s->fmt[r] == FP4RL_DTYPE_MXFP4 || s->fmt[r] == FP4RL_DTYPE_HIF4));
 }
 
+int fp4rl_qdq_format(fp4rl_dtype d)
+{
+    return d == FP4RL_DTYPE_MXFP4 ? FP4RL_QDQ_MXFP4 : d == FP4RL_DTYPE_HIF4 ? FP4RL_QDQ_HIF4 : -2;
+}
+
 /* The BF16 path: the backend multiplies BF16 operands and all three GEMMs' operands are exactly
  * BF16. Then the operands are made as BF16 bits in one pass from their source, and what backward
  * keeps of them is BF16 (half the FP32 copy). The forward takes this path only when the backward
@@ -211,6 +217,14 @@ static uint16_t *bf16_operand(fp4rl_model *m, fp4rl_arena *a, float *src, int64_
     if (!d) return NULL;
     if (s->mode[role] == FP4RL_NUM_BF16) {
         a->st = m->ops->pack_bf16(m->ctx, d, cols, src, rows, cols);
+        return a->st ? NULL : d;
+    }
+    const int qf = fp4rl_qdq_format(s->fmt[role]);
+    if (!along_rows && !s->tile[role] && qf >= 0 && !stochastic(m, s, role) && m->ops->rollout_act && !m->rollout_generic) {
+        /* 1D blocks along the last dim, nearest rounding: the fused round trip, one pass */
+        fp4rl_qparams p;
+        a->st = fp4rl_policy_resolve(m->policy, s->fmt[role], role, m->ctx, &p, "model linear");
+        if (!a->st) a->st = m->ops->rollout_act(m->ctx, d, NULL, src, rows, cols, qf, p.truncation_free, FP4RL_RESQ_OFF);
         return a->st ? NULL : d;
     }
     fp4rl_arena t = {.ctx = m->ctx};

@@ -59,11 +59,6 @@ typedef struct fast_plan {
     int resq; /* FP4RL_RESQ_OFF / _DENSE / _2_4 */
 } fast_plan;
 
-static int qdq_format(fp4rl_dtype d)
-{
-    return d == FP4RL_DTYPE_MXFP4 ? FP4RL_QDQ_MXFP4 : d == FP4RL_DTYPE_HIF4 ? FP4RL_QDQ_HIF4 : -2;
-}
-
 static fast_plan plan_fast(fp4rl_model *m, const fp4rl_linear_spec *s, int resq)
 {
     fast_plan f = {0, -1, 0, FP4RL_RESQ_OFF};
@@ -75,7 +70,7 @@ static fast_plan plan_fast(fp4rl_model *m, const fp4rl_linear_spec *s, int resq)
         if (s->tile[FP4RL_ROLE_ACTIVATION] != 0) return f;
         if (fp4rl_policy_resolve(m->policy, fx, FP4RL_ROLE_ACTIVATION, m->ctx, &p, "rollout") || p.stochastic) return f;
         if (resq != FP4RL_RESQ_OFF && resq != FP4RL_RESQ_DENSE && resq != FP4RL_RESQ_2_4) return f;
-        f.fmt = qdq_format(fx);
+        f.fmt = fp4rl_qdq_format(fx);
         f.tf = p.truncation_free;
         f.resq = resq;
     }
