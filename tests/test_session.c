@@ -791,8 +791,9 @@ static float *device_copy(fp4rl_model *m, const float *dev)
     return h;
 }
 
-/* A non-finite gradient stops the update: weights, AdamW moments and the step stay bit-identical,
- * and the error names the quantity. */
+/* A non-finite gradient, or an update that would leave a weight or moment non-finite, stops the
+ * update: weights, AdamW moments and the step stay bit-identical, and the error names the
+ * quantity. */
 START_TEST(test_nonfinite_update)
 {
     fp4rl_model *m;
@@ -814,6 +815,23 @@ START_TEST(test_nonfinite_update)
     ck_assert_mem_eq(m0, m1, bytes);
     ck_assert_mem_eq(v0, v1, bytes);
     ck_assert_int_eq(m->step, step0);
+    /* a finite gradient whose square overflows the second moment (no clipping): AdamW's dry run
+     * refuses the update, and nothing changes either */
+    g[m->total / 2] = 1e25f;
+    ck_assert_int_eq(m->ctx->be->upload(m->ctx, m->g, g, (size_t)m->total * sizeof(float)), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_model_update(m, 1e-3, 0, 0.0, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "non-finite"));
+    free(w1); free(m1); free(v1);
+    w1 = device_copy(m, m->w), m1 = device_copy(m, m->adam_m), v1 = device_copy(m, m->adam_v);
+    ck_assert_mem_eq(w0, w1, bytes);
+    ck_assert_mem_eq(m0, m1, bytes);
+    ck_assert_mem_eq(v0, v1, bytes);
+    ck_assert_int_eq(m->step, step0);
+    /* and a sane gradient still updates */
+    g[m->total / 2] = 1e-3f;
+    ck_assert_int_eq(m->ctx->be->upload(m->ctx, m->g, g, (size_t)m->total * sizeof(float)), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_model_update(m, 1e-3, 0, 0.0, NULL), FP4RL_OK);
+    ck_assert_int_eq(m->step, step0 + 1);
     free(g); free(w0); free(m0); free(v0); free(w1); free(m1); free(v1);
     fp4rl_rl_session_destroy(s);
     fp4rl_model_destroy(m);

@@ -137,6 +137,12 @@ typedef struct fp4rl_ops {
      * double, like PyTorch's Python floats, so 1 - beta1 is formed before rounding to binary32. */
     fp4rl_status (*adamw_update)(fp4rl_context *ctx, float *params, const float *grads, float *m, float *v, int64_t n,
                                  double lr, double beta1, double beta2, double eps, double weight_decay, int64_t t);
+    /* The dry run of adamw_update with the same arguments, changing nothing: bad[0] = 1 when the
+     * update would leave some parameter or moment non-finite, else 0 (the arithmetic is
+     * core/backend/adamw_math.h's, shared by both backends). */
+    fp4rl_status (*adamw_check)(fp4rl_context *ctx, float *bad, const float *params, const float *grads, const float *m,
+                                const float *v, int64_t n, double lr, double beta1, double beta2, double eps,
+                                double weight_decay, int64_t t);
     /* norm[0] = sqrt(sum g^2) over one contiguous gradient buffer (keep all gradients in one
      * allocation, as llm.c does, to get the global norm). */
     fp4rl_status (*grad_norm)(fp4rl_context *ctx, float *norm, const float *g, int64_t n);

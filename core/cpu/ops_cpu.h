@@ -58,6 +58,9 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_cross_entropy_backward(fp4rl_context *ctx, f
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_adamw_update(fp4rl_context *ctx, float *params, const float *grads, float *m,
                                                  float *v, int64_t n, double lr, double beta1, double beta2,
                                                  double eps, double weight_decay, int64_t t);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_adamw_check(fp4rl_context *ctx, float *bad, const float *params, const float *grads,
+                                                const float *m, const float *v, int64_t n, double lr, double beta1,
+                                                double beta2, double eps, double weight_decay, int64_t t);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_grad_norm(fp4rl_context *ctx, float *norm, const float *g, int64_t n);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_grad_clip(fp4rl_context *ctx, float *g, int64_t n, const float *norm,
                                               float max_norm);

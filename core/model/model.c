@@ -402,6 +402,17 @@ fp4rl_status fp4rl_model_update(fp4rl_model *m, double lr, double weight_decay, 
     if (!st && !isfinite(norm))
         st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_model_update: the gradient norm is %g, not finite; the update was not applied (weights and optimizer state unchanged)", (double)norm);
     if (!st && clip > 0) st = m->ops->grad_clip(ctx, m->g, m->total, m->scalar + 1, (float)clip);
+    /* the dry run: an update that would leave a weight or a moment non-finite (an absurd learning
+     * rate or weight decay, a weight near the float range) is refused before anything changes */
+    float bad = 0;
+    if (!st)
+        st = m->ops->adamw_check(ctx, m->scalar + 3, m->w, m->g, m->adam_m, m->adam_v, m->total, lr, m->hp[FP4RL_MP_BETA1],
+                                 m->hp[FP4RL_MP_BETA2], m->hp[FP4RL_MP_ADAM_EPS], weight_decay, m->step + 1);
+    if (!st) st = ctx->be->download(ctx, &bad, m->scalar + 3, sizeof bad);
+    if (!st && bad != 0)
+        st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT,
+                        "fp4rl_model_update: the AdamW update (lr %g, weight_decay %g) would make weights or optimizer moments "
+                        "non-finite; it was not applied (weights and optimizer state unchanged)", lr, weight_decay);
     if (!st)
         st = m->ops->adamw_update(ctx, m->w, m->g, m->adam_m, m->adam_v, m->total, lr, m->hp[FP4RL_MP_BETA1],
                                   m->hp[FP4RL_MP_BETA2], m->hp[FP4RL_MP_ADAM_EPS], weight_decay, m->step + 1);

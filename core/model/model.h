@@ -39,7 +39,7 @@ struct fp4rl_model {
     fp4rl_param *params;             /* [embed, layer 0 .. L-1 params, norm, (lm_head)] */
     int64_t total;                   /* floats in the parameter buffer */
     float *w, *g, *adam_m, *adam_v;  /* device buffers of `total` floats */
-    float *scalar;                   /* device scratch: [0] loss, [1] grad norm, [2] dloss = 1 */
+    float *scalar;                   /* device scratch: [0] loss, [1] grad norm, [2] dloss = 1, [3] AdamW's dry run */
     int rollout_generic;             /* tests: 1 = no fused round trips (the rollout's linear path, training operands) */
     int n_default_stop;              /* eos ids of a from_pretrained model: sessions' default stop tokens */
     int32_t default_stop[FP4RL_HF_MAX_EOS];

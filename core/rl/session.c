@@ -573,6 +573,12 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
             }
             st = fp4rl_dist_sum_f32(ctx, m->g, m->total, bf16);
             if (!st) st = fp4rl_model_update(m, s->hp[FP4RL_RL_LR], s->hp[FP4RL_RL_WEIGHT_DECAY], s->hp[FP4RL_RL_GRAD_CLIP], &gn);
+            if (st && updates > 0) { /* a refused update stops the step; the earlier ones are not undone */
+                char msg[1024];
+                snprintf(msg, sizeof msg, "%s", fp4rl_last_error());
+                st = fp4rl_fail(st, "%s: epoch %lld, minibatch %lld: %s; the %lld update(s) before it in this step stay applied", fn,
+                                (long long)e, (long long)b, msg, (long long)updates);
+            }
             gn_sum += gn;
             updates++;
             for (int64_t i = pc.seq0; i < pc.seq0 + pc.nseq; i++) sum[S_TRAIN_TOKENS] += lengths[i];

@@ -448,7 +448,10 @@ FP4RL_API fp4rl_status fp4rl_model_compute_gradients(fp4rl_model *m, const int32
                                                      const float *loss_mask, int64_t batch, int64_t seq_len,
                                                      double *loss);
 /* One supervised step: fp4rl_model_compute_gradients, global-norm clipping (FP4RL_MP_GRAD_CLIP),
- * AdamW. Outputs the loss and the gradient norm before clipping (either may be NULL). */
+ * AdamW. Outputs the loss and the gradient norm before clipping (either may be NULL). A non-finite
+ * loss or gradient norm, or an update that would leave a weight or an AdamW moment non-finite
+ * (checked by a dry run first), returns FP4RL_ERR_INVALID_ARGUMENT and changes no weight or
+ * optimizer state. */
 FP4RL_API fp4rl_status fp4rl_model_train_step(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths,
                                               const float *loss_mask, int64_t batch, int64_t seq_len, double *loss,
                                               double *grad_norm);
@@ -541,7 +544,11 @@ FP4RL_API fp4rl_status fp4rl_rl_session_set_stop_tokens(fp4rl_rl_session *s, con
  * copied to ids (ids may be NULL with cap 0 to ask the count). */
 FP4RL_API fp4rl_status fp4rl_rl_session_get_stop_tokens(const fp4rl_rl_session *s, int32_t *ids, size_t cap, size_t *n);
 
-/* One complete step. On any error the model and optimizer are as before the step. */
+/* One complete step. On any error the model and optimizer are as before the step, with one
+ * exception: with several updates per step (FP4RL_RL_MINIBATCHES or FP4RL_RL_EPOCHS > 1), an
+ * update refused after earlier ones of the same step (a non-finite loss or gradient norm, or an
+ * AdamW update that would leave a weight or moment non-finite) stops the step there and the earlier
+ * updates stay applied; the error says which minibatch and how many. */
 FP4RL_API fp4rl_status fp4rl_rl_session_step(fp4rl_rl_session *s, const int32_t *prompts, const size_t *prompt_offsets,
                                              size_t n_prompts, fp4rl_reward_fn reward_fn, void *user);
 
