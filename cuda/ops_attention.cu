@@ -190,6 +190,12 @@ __global__ void __launch_bounds__(AT) attn_bwd_dkv_k(float *dk, float *dv, const
 
 } // namespace
 
+/* The tiled kernels read their tensors as 16-byte vectors. */
+static int aligned16(const float *a, const float *b, const float *c)
+{
+    return ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0;
+}
+
 fp4rl_status fp4rl_cuda_attention_forward(fp4rl_context *ctx, float *out, float *lse, const float *q, const float *k, const float *v,
                                           const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D)
 {
@@ -197,7 +203,7 @@ fp4rl_status fp4rl_cuda_attention_forward(fp4rl_context *ctx, float *out, float 
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
     const float scale = 1.0f / sqrtf((float)D);
-    if (fp4rl_cuda_attention_tiled_ok(B, Hq, D))
+    if (fp4rl_cuda_attention_tiled_ok(B, Hq, D) && aligned16(q, k, v))
         return fp4rl_cuda_attention_forward_tiled(ctx, s, out, lse, q, k, v, lengths, B, T, Hq, Hkv, D, scale);
     attn_fwd_k<<<(unsigned)(B * T * Hq), AT, 2 * D * sizeof(float), s>>>(out, lse, q, k, v, lengths, T, Hq, Hkv, D, scale);
     return fp4rl_cuda_check_launch(ctx, "attention_forward");
@@ -211,7 +217,7 @@ fp4rl_status fp4rl_cuda_attention_backward(fp4rl_context *ctx, float *dq, float 
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
     const float scale = 1.0f / sqrtf((float)D);
-    if (fp4rl_cuda_attention_tiled_ok(B, Hq, D))
+    if (fp4rl_cuda_attention_tiled_ok(B, Hq, D) && aligned16(q, k, v) && aligned16(dout, dk, dv))
         return fp4rl_cuda_attention_backward_tiled(ctx, s, dq, dk, dv, dout, q, k, v, out, lse, lengths, B, T, Hq, Hkv, D, scale);
     attn_bwd_dq_k<<<(unsigned)(B * T * Hq), AT, 3 * D * sizeof(float), s>>>(dq, dout, q, k, v, out, lse, lengths, T, Hq, Hkv, D, scale);
     if ((st = fp4rl_cuda_check_launch(ctx, "attention_backward (dq)"))) return st;

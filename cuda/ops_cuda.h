@@ -137,7 +137,10 @@ FP4RL_CUDA_OP(cross_entropy_backward, float *dlogits, const float *dloss, const 
               const float *mask, const float *lse, int64_t N, int64_t V);
 FP4RL_CUDA_OP(adamw_update, float *params, const float *grads, float *m, float *v, int64_t n, double lr, double beta1,
               double beta2, double eps, double weight_decay, int64_t t);
+FP4RL_CUDA_OP(adamw_check, float *bad, const float *params, const float *grads, const float *m, const float *v, int64_t n,
+              double lr, double beta1, double beta2, double eps, double weight_decay, int64_t t);
 FP4RL_CUDA_OP(grad_norm, float *norm, const float *g, int64_t n);
+FP4RL_CUDA_OP(init_normal, float *dst, int64_t k0, int64_t n, uint64_t seed);
 FP4RL_CUDA_OP(grad_clip, float *g, int64_t n, const float *norm, float max_norm);
 FP4RL_CUDA_OP(kv_write, float *cache, const float *src, int64_t B, int64_t Tmax, int64_t W, int64_t t);
 FP4RL_CUDA_OP(attention_decode, float *out, const float *q, const float *kc, const float *vc, int64_t B, int64_t Tmax,

@@ -1,30 +1,47 @@
 /*
- * ops_optim.cu - AdamW, the global gradient norm and its clipping on the GPU. AdamW is the CPU's
- * element loop (host scalars formed the same way, IEEE sqrt and division, no FMA), so it is
- * bitwise the CPU's. The norm is a two-stage fixed-order double sum (deterministic).
+ * ops_optim.cu - AdamW and its dry run, the global gradient norm and its clipping on the GPU.
+ * AdamW is core/backend/adamw_math.h's element step, as on the CPU (IEEE sqrt and division, no
+ * FMA), so it is bitwise the CPU's. The norm is a two-stage fixed-order double sum (deterministic).
  */
 #include <math.h>
 
+#include "backend/adamw_math.h"
+#include "backend/init_math.h"
 #include "ops_cuda.h"
 
 using namespace fp4rl_cuda_ops_detail;
 
 namespace {
 
-__global__ void adamw_k(float *params, const float *grads, float *m, float *v, int64_t n, float decay, float step_size,
-                        float bc2_sqrt, float one_m_b1, float b2, float one_m_b2, float epsf)
+__global__ void adamw_k(float *params, const float *grads, float *m, float *v, int64_t n, fp4rl_adamw_k k)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const float g = grads[i];
-        float p = params[i] * decay;
-        float mi = m[i], vi = v[i];
-        mi += one_m_b1 * (g - mi);
-        vi = vi * b2 + one_m_b2 * g * g;
-        const float denom = sqrtf(vi) / bc2_sqrt + epsf;
-        p -= step_size * (mi / denom);
+        float p = params[i], mi = m[i], vi = v[i];
+        fp4rl_adamw_elem(&k, grads[i], &p, &mi, &vi);
         params[i] = p;
         m[i] = mi;
         v[i] = vi;
+    }
+}
+
+/* bad[0] (zeroed before) = 1 where some element's update is non-finite; every writer writes 1 */
+__global__ void adamw_check_k(float *bad, const float *params, const float *grads, const float *m, const float *v, int64_t n,
+                              fp4rl_adamw_k k)
+{
+    int any = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        any |= fp4rl_adamw_elem_bad(&k, grads[i], params[i], m[i], v[i]);
+    if (__syncthreads_or(any) && threadIdx.x == 0) bad[0] = 1.0f;
+}
+
+/* one thread per element pair of the parameter */
+__global__ void init_normal_k(float *dst, int64_t k0, int64_t n, uint64_t seed)
+{
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; 2 * t < n; t += (int64_t)gridDim.x * blockDim.x) {
+        float a, b;
+        fp4rl_init_normal_pair(seed, (uint64_t)(k0 + 2 * t), &a, &b);
+        dst[2 * t] = a;
+        if (2 * t + 1 < n) dst[2 * t + 1] = b;
     }
 }
 
@@ -65,14 +82,31 @@ fp4rl_status fp4rl_cuda_adamw_update(fp4rl_context *ctx, float *params, const fl
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
-    const double bc1 = 1.0 - pow(beta1, (double)t);
-    const double bc2 = 1.0 - pow(beta2, (double)t);
-    const float decay = (float)(1.0 - lr * weight_decay);
-    const float step_size = (float)(lr / bc1);
-    const float bc2_sqrt = (float)sqrt(bc2);
-    const float one_m_b1 = (float)(1.0 - beta1), b2 = (float)beta2, one_m_b2 = (float)(1.0 - beta2);
-    adamw_k<<<ew_grid(n), 256, 0, s>>>(params, grads, m, v, n, decay, step_size, bc2_sqrt, one_m_b1, b2, one_m_b2, (float)eps);
+    const fp4rl_adamw_k k = fp4rl_adamw_constants(lr, beta1, beta2, eps, weight_decay, t);
+    adamw_k<<<ew_grid(n), 256, 0, s>>>(params, grads, m, v, n, k);
     return fp4rl_cuda_check_launch(ctx, "adamw_update");
+}
+
+fp4rl_status fp4rl_cuda_adamw_check(fp4rl_context *ctx, float *bad, const float *params, const float *grads, const float *m,
+                                    const float *v, int64_t n, double lr, double beta1, double beta2, double eps,
+                                    double weight_decay, int64_t t)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    if (cudaMemsetAsync(bad, 0, sizeof(float), s) != cudaSuccess) return fp4rl_cuda_check_launch(ctx, "adamw_check (zero)");
+    const fp4rl_adamw_k k = fp4rl_adamw_constants(lr, beta1, beta2, eps, weight_decay, t);
+    adamw_check_k<<<ew_grid(n), 256, 0, s>>>(bad, params, grads, m, v, n, k);
+    return fp4rl_cuda_check_launch(ctx, "adamw_check");
+}
+
+fp4rl_status fp4rl_cuda_init_normal(fp4rl_context *ctx, float *dst, int64_t k0, int64_t n, uint64_t seed)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    init_normal_k<<<ew_grid((n + 1) / 2), 256, 0, s>>>(dst, k0, n, seed);
+    return fp4rl_cuda_check_launch(ctx, "init_normal");
 }
 
 fp4rl_status fp4rl_cuda_grad_norm(fp4rl_context *ctx, float *norm, const float *g, int64_t n)

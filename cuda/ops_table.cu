@@ -34,8 +34,10 @@ extern "C" const fp4rl_ops fp4rl_cuda_ops = {
     fp4rl_cuda_cross_entropy_forward,
     fp4rl_cuda_cross_entropy_backward,
     fp4rl_cuda_adamw_update,
+    fp4rl_cuda_adamw_check,
     fp4rl_cuda_grad_norm,
     fp4rl_cuda_grad_clip,
+    fp4rl_cuda_init_normal, /* init_math.h's arithmetic, bitwise the CPU's */
     fp4rl_cuda_kv_write,
     fp4rl_cuda_attention_decode,
     fp4rl_cuda_resq_mask,

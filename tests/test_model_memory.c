@@ -232,6 +232,50 @@ START_TEST(test_microbatches_equal_one_pass)
 }
 END_TEST
 
+/* Activation recomputation (FP4RL_MP_RECOMPUTE) gives bit-identical gradients and loss, also
+ * with stochastic rounding of the activations and gradients (the recomputed forward draws the
+ * same random numbers), with a lower peak; and automatic micro-batches under a budget that
+ * cannot hold one sequence's saved activations turn it on by themselves. */
+START_TEST(test_recompute_bit_identical)
+{
+    fp4rl_quant_policy *p = preset_policy(FP4RL_PRESET_HIF4_RL, 0);
+    ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_ROUNDING_ACTIVATION, FP4RL_ROUND_STOCHASTIC), FP4RL_OK);
+    fp4rl_model *m;
+    ck_assert_msg(fp4rl_model_create(&m, ctx, config(4, 96), p, 3) == FP4RL_OK, "%s", fp4rl_last_error());
+    enum { B = 4, T = 64, V = 96 };
+    int32_t tok[B * T], len[B] = {64, 40, 64, 17};
+    fill_tokens(tok, B * T, V);
+    /* 0: keep, 1: recompute, 2: keep one sequence per micro-batch, 3: automatic under a budget */
+    float *g[4];
+    double loss[4];
+    size_t peak[4];
+    ck_assert_int_eq(fp4rl_model_set_hparam(m, FP4RL_MP_RECOMPUTE, 2), FP4RL_ERR_INVALID_ARGUMENT);
+    for (int k = 0; k < 4; k++) {
+        size_t use, res;
+        ck_assert_int_eq(fp4rl_model_set_hparam(m, FP4RL_MP_RECOMPUTE, k == 1), FP4RL_OK);
+        ck_assert_int_eq(fp4rl_model_set_hparam(m, FP4RL_MP_MICROBATCH_TOKENS, k < 2 ? 1 << 30 : k == 2 ? T : 0), FP4RL_OK);
+        ctx->mem_budget = k == 3 ? (size_t)(2 << 20) : 0; /* below one sequence's saved activations */
+        ctx->rng_offset = 100;
+        ck_assert_int_eq(fp4rl_context_reset_peak_memory(ctx), FP4RL_OK);
+        ck_assert_msg(fp4rl_model_compute_gradients(m, tok, len, NULL, B, T, &loss[k]) == FP4RL_OK, "%s", fp4rl_last_error());
+        ck_assert_int_eq(fp4rl_context_memory(ctx, &use, &peak[k], &res), FP4RL_OK);
+        g[k] = malloc((size_t)m->total * sizeof(float));
+        memcpy(g[k], m->g, (size_t)m->total * sizeof(float));
+    }
+    ctx->mem_budget = 0;
+    printf("recompute: peak %zu bytes kept, %zu recomputed; one sequence per micro-batch %zu kept, %zu automatic\n", peak[0],
+           peak[1], peak[2], peak[3]);
+    ck_assert_mem_eq(g[1], g[0], (size_t)m->total * sizeof(float));
+    ck_assert(loss[1] == loss[0]);
+    ck_assert_mem_eq(g[3], g[2], (size_t)m->total * sizeof(float)); /* automatic = one sequence, recomputed */
+    ck_assert(loss[3] == loss[2]);
+    ck_assert_msg(peak[1] < peak[0] && peak[3] < peak[2], "recomputation did not lower the peak");
+    for (int k = 0; k < 4; k++) free(g[k]);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+END_TEST
+
 /* An RL step whose trainer runs in micro-batches of one completion (FP4RL_RL_MICROBATCH_TOKENS)
  * against one pass, from the same weights and seed (FP32 training numerics): the same rollout,
  * so the same loss (1e-6 absolute) and gradient norm (1e-6) and the same update (1e-5 on the
@@ -291,6 +335,7 @@ int main(void)
     tcase_add_test(tc, test_chunked_head_equals_unchunked);
     tcase_add_test(tc, test_microbatches_equal_one_pass);
     tcase_add_test(tc, test_rl_microbatches_equal_one_pass);
+    tcase_add_test(tc, test_recompute_bit_identical);
     suite_add_tcase(s, tc);
     return fp4rl_check_run(s);
 }

@@ -148,9 +148,31 @@ START_TEST(test_elementwise)
     float *dp = upf(p, n), *dg = upf(gr, n), *dm = upf(m, n), *dv = upf(v, n);
     C->adamw_update(cpu, p, gr, m, v, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 3);
     OKG(G->adamw_update(gpu, dp, dg, dm, dv, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 3));
-    cmp("adamw_update params", dp, p, n, 1e-6);
-    cmp("adamw_update m", dm, m, n, 1e-6);
-    cmp("adamw_update v", dv, v, n, 1e-6);
+    cmp("adamw_update params", dp, p, n, 0); /* the same arithmetic: core/backend/adamw_math.h */
+    cmp("adamw_update m", dm, m, n, 0);
+    cmp("adamw_update v", dv, v, n, 0);
+    /* its dry run: clean at this lr, non-finite at lr 1 with one huge gradient */
+    float bad[2] = {7, 7}, *dbad = upf(bad, 1);
+    C->adamw_check(cpu, &bad[0], p, gr, m, v, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 4);
+    OKG(G->adamw_check(gpu, dbad, dp, dg, dm, dv, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 4));
+    ck_assert(bad[0] == 0.0f);
+    cmp("adamw_check (finite)", dbad, &bad[0], 1, 0);
+    gr[n / 3] = 1e30f;
+    dfree(dg);
+    dg = upf(gr, n);
+    C->adamw_check(cpu, &bad[1], p, gr, m, v, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 4);
+    OKG(G->adamw_check(gpu, dbad, dp, dg, dm, dv, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 4));
+    ck_assert(bad[1] == 1.0f);
+    cmp("adamw_check (non-finite)", dbad, &bad[1], 1, 0);
+    dfree(dbad);
+    /* the random init: bit-identical, odd offset and length */
+    const int64_t ni = 1000003;
+    float *hi = malloc(ni * 4), *di = upf(hi, ni);
+    C->init_normal(cpu, hi, 12345, ni, 77);
+    OKG(G->init_normal(gpu, di, 12345, ni, 77));
+    cmp("init_normal", di, hi, ni, 0);
+    free(hi);
+    dfree(di);
     const int64_t big = 300001;
     float *g2 = rnd(big, 1), norm = 0, *dg2 = upf(g2, big), *dnorm = upf(&norm, 1);
     C->grad_norm(cpu, &norm, g2, big);
@@ -479,6 +501,23 @@ START_TEST(test_model_fp32)
     fp4rl_quant_policy *p;
     ck_assert_int_eq(fp4rl_quant_policy_create(&p), FP4RL_OK);
     ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_TRAIN_NUMERICS, FP4RL_NUMERICS_FP32), FP4RL_OK);
+    { /* random init before the load: the GPU generates the CPU's bits (the host-thread path) */
+        char path[1024];
+        snprintf(path, sizeof path, "%s/gqa/config.json", fixtures());
+        char *cfg = read_text(path);
+        fp4rl_model *rc, *rg;
+        OKG(fp4rl_model_create(&rc, cpu, cfg, p, 99));
+        OKG(fp4rl_model_create(&rg, gpu, cfg, p, 99));
+        float *w = down(rg->w, (size_t)rg->total * sizeof(float));
+        int64_t diff = 0;
+        for (int64_t i = 0; i < rc->total; i++) diff += memcmp(&w[i], &rc->w[i], 4) != 0;
+        printf("  random init GPU vs CPU: %lld of %lld words differ\n", (long long)diff, (long long)rc->total);
+        ck_assert_int_eq(diff, 0);
+        free(w);
+        free(cfg);
+        fp4rl_model_destroy(rc);
+        fp4rl_model_destroy(rg);
+    }
     fp4rl_model *mc = load(cpu, p), *mg = load(gpu, p);
     int64_t V;
     fp4rl_model_get_info(mc, FP4RL_MI_VOCAB_SIZE, &V);

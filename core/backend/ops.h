@@ -149,6 +149,12 @@ typedef struct fp4rl_ops {
     /* g *= min(1, max_norm / (norm[0] + 1e-6)) (PyTorch clip_grad_norm_), norm read on device. */
     fp4rl_status (*grad_clip)(fp4rl_context *ctx, float *g, int64_t n, const float *norm, float max_norm);
 
+    /* ---- initialisation -----------------------------------------------------------------
+     * One parameter's random initial values, dst [n], n >= 1: element pair (2t, 2t + 1) is
+     * fp4rl_init_normal_pair(seed, k0 + 2t) (core/backend/init_math.h; k0 = the parameter's offset in
+     * the model's buffer), the same bits on every backend. */
+    fp4rl_status (*init_normal)(fp4rl_context *ctx, float *dst, int64_t k0, int64_t n, uint64_t seed);
+
     /* ---- rollout (decode with a KV cache) -------------------------------------------------
      * cache [B, Tmax, W]: cache[b, t, :] = src[b, :] for the decode step at position t. */
     fp4rl_status (*kv_write)(fp4rl_context *ctx, float *cache, const float *src, int64_t B, int64_t Tmax, int64_t W,

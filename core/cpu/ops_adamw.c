@@ -1,10 +1,12 @@
-/* ops_adamw.c - AdamW on FP32 master weights (its arithmetic: core/backend/adamw_math.h) and its
+/* ops_adamw.c - the parameters: their random init (core/backend/init_math.h); AdamW on FP32 master
+ * weights (its arithmetic: core/backend/adamw_math.h) and its
  * dry run, and the global gradient norm and its clipping, each following PyTorch
  * (torch.optim.AdamW, torch.nn.utils.clip_grad_norm_) so a recipe's hyper-parameters mean the
  * same thing here. */
 #include <math.h>
 
 #include "backend/adamw_math.h"
+#include "backend/init_math.h"
 #include "cpu/ops_cpu.h"
 
 fp4rl_status fp4rl_cpu_adamw_update(fp4rl_context *ctx, float *params, const float *grads, float *m, float *v,
@@ -26,6 +28,18 @@ fp4rl_status fp4rl_cpu_adamw_check(fp4rl_context *ctx, float *bad, const float *
     int any = 0;
     for (int64_t i = 0; i < n && !any; i++) any = fp4rl_adamw_elem_bad(&k, grads[i], params[i], m[i], v[i]);
     bad[0] = any ? 1.0f : 0.0f;
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_cpu_init_normal(fp4rl_context *ctx, float *dst, int64_t k0, int64_t n, uint64_t seed)
+{
+    (void)ctx;
+    for (int64_t j = 0; j < n; j += 2) {
+        float a, b;
+        fp4rl_init_normal_pair(seed, (uint64_t)(k0 + j), &a, &b);
+        dst[j] = a;
+        if (j + 1 < n) dst[j + 1] = b;
+    }
     return FP4RL_OK;
 }
 

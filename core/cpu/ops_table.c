@@ -24,6 +24,7 @@ const fp4rl_ops fp4rl_cpu_ops = {
     .cross_entropy_backward = fp4rl_cpu_cross_entropy_backward,
     .adamw_update = fp4rl_cpu_adamw_update,
     .adamw_check = fp4rl_cpu_adamw_check,
+    .init_normal = fp4rl_cpu_init_normal,
     .grad_norm = fp4rl_cpu_grad_norm,
     .grad_clip = fp4rl_cpu_grad_clip,
     .kv_write = fp4rl_cpu_kv_write,

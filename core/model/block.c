@@ -8,7 +8,8 @@
 #define G(l, k) fp4rl_model_g(m, fp4rl_model_lp((int)(l), k))
 #define TRY(call) do { if ((st = (call)) != FP4RL_OK) return st; } while (0)
 
-fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_batch *bt, fp4rl_block_acts *A, float *x_in)
+fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_batch *bt, fp4rl_block_acts *A, float *x_in,
+                                 float *x_out)
 {
     fp4rl_context *ctx = m->ctx;
     const fp4rl_ops *ops = m->ops;
@@ -25,7 +26,7 @@ fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_ba
     A->att = fp4rl_arena_f32(a, N * QD); A->lse = fp4rl_arena_f32(a, bt->B * Hq * bt->T);
     A->x1 = fp4rl_arena_f32(a, N * C); A->ln2 = fp4rl_arena_f32(a, N * C); A->rstd2 = fp4rl_arena_f32(a, N);
     A->gate = fp4rl_arena_f32(a, N * I); A->up = fp4rl_arena_f32(a, N * I); A->h = fp4rl_arena_f32(a, N * I);
-    A->x_out = fp4rl_arena_f32(a, N * C);
+    A->x_out = x_out ? x_out : fp4rl_arena_f32(a, N * C);
     float *o = fp4rl_arena_f32(a, N * C); /* temporary: o, then the down projection */
     if (a->st) return a->st;
     TRY(ops->rmsnorm_forward(ctx, A->ln1, A->rstd1, x_in, W(l, FP4RL_LP_LN1), N, C, eps));

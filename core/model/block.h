@@ -28,9 +28,10 @@ typedef struct fp4rl_block_acts {
     fp4rl_linear_saved sv[FP4RL_LIN_COUNT];
 } fp4rl_block_acts;
 
-/* A->x_out = block l (x_in) in the training numerics; A->mem must be empty ({.ctx = ctx}). */
+/* A->x_out = block l (x_in) in the training numerics; A->mem must be empty ({.ctx = ctx}).
+ * x_out (optional): where to write the output (not owned by A), else it is allocated in A->mem. */
 FP4RL_HIDDEN fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_batch *bt, fp4rl_block_acts *A,
-                                              float *x_in);
+                                              float *x_in, float *x_out);
 /* Accumulates block l's parameter gradients from dout (the gradient of A->x_out) and sets *dx_in,
  * the gradient of A->x_in, allocated in `out`. Does not free A. */
 FP4RL_HIDDEN fp4rl_status fp4rl_block_backward(fp4rl_model *m, int64_t l, const fp4rl_block_batch *bt,

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "format/formats.h"
+#include "backend/init_math.h"
 #include "model/model.h"
 #include "io/safetensors.h"
 
@@ -49,13 +50,10 @@ static void layout_params(fp4rl_model *m)
     if (!c->tie_word_embeddings) add_param(m, "lm_head.weight", c->vocab_size, C);
 }
 
-/* HF's init: normal(0, 0.02) for weights, zero biases, unit norms. Element k of the parameter
- * buffer depends only on (seed, k): weights come in pairs (j, j + 1) of a parameter from one
- * Philox4x32-10 call at counter (offset + j) / 2 and a Box-Muller transform. So any split of the
- * buffer into ranges, on any number of threads, gives the same bits on every backend. */
+/* HF's init: normal(0, 0.02) for weights, zero biases, unit norms; element k of the buffer is
+ * init_math.h's function of (seed, k), so any split gives the same bits on every backend. */
 static void init_range(const fp4rl_model *m, float *dst, int64_t begin, int64_t end, uint64_t seed)
 {
-    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
     for (int i = 0; i < m->n_params; i++) {
         const fp4rl_param *p = &m->params[i];
         const int64_t lo = p->offset > begin ? p->offset : begin;
@@ -66,15 +64,11 @@ static void init_range(const fp4rl_model *m, float *dst, int64_t begin, int64_t 
             continue;
         }
         for (int64_t j = (lo - p->offset) & ~(int64_t)1; p->offset + j < hi; j += 2) {
-            const uint64_t c = (uint64_t)(p->offset + j) >> 1;
-            const uint32_t ctr[4] = {(uint32_t)c, (uint32_t)(c >> 32), 0x6d6f64u /* "mod" */, 0};
-            uint32_t o[4];
-            fp4rl_philox4x32_10(ctr, key, o);
-            const double u1 = ((double)o[0] + 1.0) * 0x1p-32, u2 = (double)o[1] * 0x1p-32;
-            const double r = sqrt(-2.0 * log(u1));
-            const int64_t k = p->offset + j;
-            if (k >= lo) dst[k - begin] = (float)(0.02 * r * cos(6.283185307179586 * u2));
-            if (k + 1 < hi) dst[k + 1 - begin] = (float)(0.02 * r * sin(6.283185307179586 * u2));
+            const int64_t k = p->offset + j; /* pairs start at even positions inside the parameter */
+            float a, b;
+            fp4rl_init_normal_pair(seed, (uint64_t)k, &a, &b);
+            if (k >= lo) dst[k - begin] = a;
+            if (k + 1 < hi) dst[k + 1 - begin] = b;
         }
     }
 }
@@ -108,8 +102,9 @@ static void init_parallel(const fp4rl_model *m, float *dst, int64_t begin, int64
         if (started[t]) pthread_join(th[t], NULL);
 }
 
-/* The initial weights into m->w: in place on the CPU, through a bounded host staging buffer
- * elsewhere (no second full copy of the weights in host memory). */
+/* The initial weights into m->w: in place on the host threads on the CPU; on a device with the
+ * init_normal op, generated there (the same bits), with the norms' ones uploaded; else through a
+ * bounded host staging buffer (no second full copy of the weights in host memory). */
 static fp4rl_status init_weights(fp4rl_model *m, uint64_t seed, const char *fn)
 {
     fp4rl_context *ctx = m->ctx;
@@ -117,10 +112,31 @@ static fp4rl_status init_weights(fp4rl_model *m, uint64_t seed, const char *fn)
         init_parallel(m, m->w, 0, m->total, seed);
         return FP4RL_OK;
     }
+    fp4rl_status st = FP4RL_OK;
+    if (m->ops->init_normal) {
+        st = ctx->be->memset0(ctx, m->w, (size_t)m->total * sizeof(float));
+        float *ones = NULL;
+        for (int i = 0; i < m->n_params && !st; i++) {
+            const fp4rl_param *p = &m->params[i];
+            if (!p->is_norm && !p->is_bias) {
+                st = m->ops->init_normal(ctx, m->w + p->offset, p->offset, p->numel, seed);
+            } else if (p->is_norm) { /* biases stay zero */
+                float *o = realloc(ones, (size_t)p->numel * sizeof(float));
+                if (!o) {
+                    st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+                    break;
+                }
+                ones = o;
+                for (int64_t k = 0; k < p->numel; k++) ones[k] = 1.0f;
+                st = ctx->be->upload(ctx, m->w + p->offset, ones, (size_t)p->numel * sizeof(float));
+            }
+        }
+        free(ones);
+        return st;
+    }
     const int64_t chunk = m->total < ((int64_t)64 << 20) ? m->total : ((int64_t)64 << 20); /* 256 MB */
     float *host = malloc((size_t)chunk * sizeof(float));
     if (!host) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory for the weights' staging buffer", fn);
-    fp4rl_status st = FP4RL_OK;
     for (int64_t b = 0; b < m->total && !st; b += chunk) {
         const int64_t e = b + chunk < m->total ? b + chunk : m->total;
         init_parallel(m, host, b, e, seed);
@@ -130,7 +146,7 @@ static fp4rl_status init_weights(fp4rl_model *m, uint64_t seed, const char *fn)
     return st;
 }
 
-static const double hp_defaults[FP4RL_MP_COUNT] = {1e-4, 0.0, 0.9, 0.999, 1e-8, 0.0, 0.0};
+static const double hp_defaults[FP4RL_MP_COUNT] = {1e-4, 0.0, 0.9, 0.999, 1e-8, 0.0, 0.0, 0.0};
 
 void fp4rl_model_destroy(fp4rl_model *m)
 {
@@ -219,7 +235,7 @@ fp4rl_status fp4rl_model_set_policy(fp4rl_model *m, const fp4rl_quant_policy *po
 }
 
 static const char *const hp_names[FP4RL_MP_COUNT] = {"lr", "weight_decay", "beta1", "beta2", "adam_eps", "grad_clip",
-                                                           "microbatch_tokens"};
+                                                           "microbatch_tokens", "recompute"};
 const char *fp4rl_model_hparam_name(int p) { return p >= 0 && p < FP4RL_MP_COUNT ? hp_names[p] : "?"; }
 
 /* The one definition of the model hyper-parameters' bounds (setter and checkpoint loader). */
@@ -231,6 +247,7 @@ const char *fp4rl_model_hparam_allowed(int p, double v)
     case FP4RL_MP_ADAM_EPS: return v > 0 && v <= 1 ? NULL : "(0, 1]";
     case FP4RL_MP_BETA1: case FP4RL_MP_BETA2: return v >= 0 && v < 1 ? NULL : "[0, 1)";
     case FP4RL_MP_MICROBATCH_TOKENS: return v == floor(v) && v >= 0 && v <= 1099511627776.0 ? NULL : "0 (automatic) or an integer up to 2^40";
+    case FP4RL_MP_RECOMPUTE: return v == 0 || v == 1 ? NULL : "0 (when memory requires it) or 1 (always)";
     default: return v >= 0 && isfinite(v) ? NULL : ">= 0"; /* grad_clip */
     }
 }

@@ -109,7 +109,7 @@ static double chunk_share(const float *mask, int64_t r0, int64_t rows, double ma
 static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, const float *loss_mask,
                               int64_t b0, int64_t B, int64_t T, float *logits_out, float *logprobs_out, int backward,
                               double *loss, const fp4rl_loss_hook *hook, float temperature, double mask_total, int whole,
-                              const char *fn)
+                              int recompute, const char *fn)
 {
     fp4rl_status st = FP4RL_OK;
     fp4rl_context *ctx = m->ctx;
@@ -119,10 +119,13 @@ static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32
     const float eps = (float)c->rms_norm_eps;
     fp4rl_arena a = {.ctx = ctx}; /* buffers of the whole pass */
     fp4rl_block_acts *acts = calloc((size_t)L, sizeof *acts);
+    /* recomputation: each block's input and the random-number offset its forward started at */
+    float **block_in = recompute ? calloc((size_t)L, sizeof *block_in) : NULL;
+    uint64_t *block_rng = recompute ? calloc((size_t)L, sizeof *block_rng) : NULL;
     int32_t *h_pos = malloc((size_t)N * sizeof(int32_t)), *h_tgt = malloc((size_t)N * sizeof(int32_t));
     int32_t *h_len = malloc((size_t)B * sizeof(int32_t));
     float *h_mask = malloc((size_t)N * sizeof(float)), *h_lp = malloc((size_t)N * 3 * sizeof(float));
-    if (!acts || !h_pos || !h_tgt || !h_len || !h_mask || !h_lp) {
+    if (!acts || !h_pos || !h_tgt || !h_len || !h_mask || !h_lp || (recompute && (!block_in || !block_rng))) {
         st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
         goto done;
     }
@@ -152,7 +155,17 @@ static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32
     const fp4rl_block_batch bt = {d_pos, d_len, B, T};
     float *x = x0;
     for (int64_t l = 0; l < L; l++) {
-        TRY(fp4rl_block_forward(m, l, &bt, &acts[l], x));
+        if (recompute) { /* keep only the block's input (and its output, the next one's input) */
+            float *out = fp4rl_arena_f32(&a, N * C);
+            if (a.st) goto arena_fail;
+            block_in[l] = x;
+            block_rng[l] = ctx->rng_offset;
+            TRY(fp4rl_block_forward(m, l, &bt, &acts[l], x, out));
+            fp4rl_arena_free(&acts[l].mem);
+            x = out;
+            continue;
+        }
+        TRY(fp4rl_block_forward(m, l, &bt, &acts[l], x, NULL));
         x = acts[l].x_out;
         /* without a backward, a block's activations die with the next block's forward */
         if (!backward && l > 0) fp4rl_arena_free(&acts[l - 1].mem);
@@ -293,7 +306,14 @@ static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32
     for (int64_t l = L - 1; !st && l >= 0; l--) {
         fp4rl_arena *out = &grads[l & 1];
         float *dx_in = NULL;
-        st = fp4rl_block_backward(m, l, &bt, &acts[l], dres, out, &dx_in);
+        if (recompute) { /* the block's forward again, with the random numbers it drew the first time */
+            const uint64_t now = ctx->rng_offset;
+            ctx->rng_offset = block_rng[l];
+            st = fp4rl_block_forward(m, l, &bt, &acts[l], block_in[l], NULL);
+            ctx->rng_offset = now;
+        }
+        if (!st) st = fp4rl_block_backward(m, l, &bt, &acts[l], dres, out, &dx_in);
+        if (recompute && l > 0) fp4rl_arena_release(&a, block_in[l]); /* block l - 1's output */
         fp4rl_arena_free(&grads[(l + 1) & 1]); /* dres */
         fp4rl_arena_free(&acts[l].mem);
         dres = dx_in;
@@ -311,6 +331,8 @@ done:
         for (int64_t l = 0; l < L; l++) fp4rl_arena_free(&acts[l].mem);
     fp4rl_arena_free(&a);
     free(acts);
+    free(block_in);
+    free(block_rng);
     free(h_pos);
     free(h_tgt);
     free(h_len);
@@ -321,16 +343,17 @@ done:
 
 /* Bytes per token of one pass, from the shapes (an upper estimate): without a backward about two
  * blocks' activations live at once; with one, every block's saved activations (FP32, and the GEMM
- * operand copies of quantized numerics) plus one block's gradient temporaries. */
-static double pass_bytes_per_token(const fp4rl_model *m, int backward)
+ * operand copies of quantized numerics) plus one block's gradient temporaries; with recomputation
+ * one block's activations and every block's input. */
+static double pass_bytes_per_token(const fp4rl_model *m, int backward, int recompute)
 {
     const fp4rl_hf_config *c = &m->cfg;
     const double C = (double)c->hidden_size, I = (double)c->intermediate_size, Hq = (double)c->num_attention_heads;
     const double QD = Hq * (double)c->head_dim, KD = (double)c->num_key_value_heads * (double)c->head_dim;
     const double saved = 4 * C + 2 * QD + 2 * KD + 3 * I + Hq + 2, operands = 5 * C + QD + I;
     const double temps = 6 * C + 6 * I + 3 * QD, outer = 8 * C;
-    const double layers = backward ? (double)c->num_hidden_layers : 2;
-    return 4.0 * (layers * (saved + operands) + temps + outer);
+    const double L = (double)c->num_hidden_layers, layers = backward && !recompute ? L : 2;
+    return 4.0 * (layers * (saved + operands) + temps + outer + (backward && recompute ? L * C : 0));
 }
 
 /* Automatic micro-batches hold at most this many tokens: GEMMs of 4096 rows already run near the
@@ -339,16 +362,21 @@ static double pass_bytes_per_token(const fp4rl_model *m, int backward)
 
 /* Sequences per micro-batch: `micro_tokens` / T (at least one); 0 = automatic: what fits in 85% of
  * the memory the context can still allocate after the LM head's chunk budget, at most
- * FP4RL_AUTO_MICRO_TOKENS tokens. */
-static int64_t micro_seqs(const fp4rl_model *m, int64_t B, int64_t T, int backward, int64_t micro_tokens)
+ * FP4RL_AUTO_MICRO_TOKENS tokens. *recompute (in: the model's setting) is turned on when automatic
+ * sizing cannot fit one sequence without it. */
+static int64_t micro_seqs(const fp4rl_model *m, int64_t B, int64_t T, int backward, int64_t micro_tokens, int *recompute)
 {
     int64_t tokens = micro_tokens;
     if (tokens <= 0) {
         const double avail = memory_left(m);
         const double head = 3.0 * (double)head_budget(m);
         const double usable = 0.85 * avail - head;
-        tokens = avail <= 0 ? FP4RL_AUTO_MICRO_TOKENS /* no estimate */
-                 : usable > 0 ? (int64_t)(usable / pass_bytes_per_token(m, backward)) : 0;
+        for (int r = *recompute; r <= (backward ? 1 : 0); r++) { /* without recomputation first */
+            tokens = avail <= 0 ? FP4RL_AUTO_MICRO_TOKENS /* no estimate */
+                     : usable > 0 ? (int64_t)(usable / pass_bytes_per_token(m, backward, r)) : 0;
+            *recompute = r;
+            if (tokens >= T) break;
+        }
         if (tokens > FP4RL_AUTO_MICRO_TOKENS) tokens = FP4RL_AUTO_MICRO_TOKENS;
     }
     const int64_t seqs = tokens / T;
@@ -367,13 +395,14 @@ fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_
         for (int64_t t = 1; t < len; t++) mask_total += loss_mask ? loss_mask[b * T + t] : 1.0f;
     }
     if (backward && (st = m->ctx->be->memset0(m->ctx, m->g, (size_t)m->total * sizeof(float)))) return st;
-    const int64_t mb = micro_seqs(m, B, T, backward, micro_tokens);
+    int recompute = backward && m->hp[FP4RL_MP_RECOMPUTE] != 0;
+    const int64_t mb = micro_seqs(m, B, T, backward, micro_tokens, &recompute);
     double lsum = 0;
     for (int64_t b0 = 0; !st && b0 < B; b0 += mb) {
         const int64_t nb = B - b0 < mb ? B - b0 : mb;
         st = run_micro(m, tokens + b0 * T, lengths ? lengths + b0 : NULL, loss_mask ? loss_mask + b0 * T : NULL, b0, nb, T,
                        logits_out ? logits_out + b0 * T * m->cfg.vocab_size : NULL, logprobs_out ? logprobs_out + b0 * T : NULL,
-                       backward, &lsum, hook, temperature, mask_total, nb == B, fn);
+                       backward, &lsum, hook, temperature, mask_total, nb == B, recompute, fn);
     }
     if (!st && loss) *loss = lsum;
     return st;

@@ -414,9 +414,17 @@ typedef enum fp4rl_mparam {
                                       is normalised over the whole batch, so results equal one pass
                                       up to the order of FP32 sums (and the draws of stochastic
                                       rounding). 0 = automatic (default): sized from the free memory
-                                      of the context's device and the model; an integer in 0 .. 2^40 */
+                                      of the context's device and the model; an integer in 0 .. 2^40 */,
+    FP4RL_MP_RECOMPUTE = 7       /* activation recomputation per transformer block in the passes with
+                                    a backward: 1 = the forward keeps only each block's input and
+                                    the backward re-runs the block's forward before its backward
+                                    (same results, bit for bit; one more forward of the blocks;
+                                    activation memory of one block instead of all); 0 (default) =
+                                    keep every block's activations, unless automatic micro-batches
+                                    (FP4RL_MP_MICROBATCH_TOKENS or the session's 0) cannot fit one
+                                    sequence that way, then recompute */
 } fp4rl_mparam;
-#define FP4RL_MP_COUNT 7
+#define FP4RL_MP_COUNT 8
 FP4RL_API fp4rl_status fp4rl_model_set_hparam(fp4rl_model *m, fp4rl_mparam param, double value);
 FP4RL_API fp4rl_status fp4rl_model_get_hparam(const fp4rl_model *m, fp4rl_mparam param, double *value);
 

@@ -216,6 +216,9 @@ c_enum! {
         /// tokens per micro-batch of a pass (whole sequences, gradients accumulated, the whole
         /// batch's loss normalisation); 0 = automatic from the free device memory (default)
         MicrobatchTokens = sys::FP4RL_MP_MICROBATCH_TOKENS,
+        /// 1 = recompute each block's activations in the backward (bit-identical, less memory);
+        /// 0 (default) = only when automatic micro-batches cannot fit one sequence otherwise
+        Recompute = sys::FP4RL_MP_RECOMPUTE,
     }
 }
 
