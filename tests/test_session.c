@@ -838,6 +838,49 @@ START_TEST(test_nonfinite_update)
 }
 END_TEST
 
+/* With one update per step, log pi_old is the training pass's own log-probs (no forward of its
+ * own): the step equals one with the separate pass (the same weights, so the same log-probs) up
+ * to the order of FP32 sums, and the mismatch metric is the same. */
+START_TEST(test_old_logp_from_pass)
+{
+    float *w[2];
+    double mm[2], loss[2];
+    float *w0 = NULL;
+    int64_t total = 0;
+    for (int k = 0; k < 2; k++) {
+        fp4rl_model *m;
+        fp4rl_rl_session *s = new_session(&m, NULL, 4);
+        s->separate_old_pass = k;
+        int32_t tok[3 * 43];
+        size_t off[4];
+        prompts_for(3, 3, tok, off);
+        if (!w0) w0 = device_copy(m, m->w);
+        ctx->rng_offset = 0;
+        ck_assert_int_eq(fp4rl_rl_session_step(s, tok, off, 3, sevens, NULL), FP4RL_OK);
+        ck_assert_int_eq(fp4rl_rl_session_metric(s, "mismatch/logp_abs_diff_mean", &mm[k]), FP4RL_OK);
+        ck_assert_int_eq(fp4rl_rl_session_metric(s, "pg/loss", &loss[k]), FP4RL_OK);
+        w[k] = device_copy(m, m->w);
+        total = m->total;
+        fp4rl_rl_session_destroy(s);
+        fp4rl_model_destroy(m);
+    }
+    double dd = 0, dw = 0;
+    for (int64_t i = 0; i < total; i++) {
+        dd = fmax(dd, fabs((double)w[0][i] - w[1][i]));
+        dw = fmax(dw, fabs((double)w[1][i] - w0[i]));
+    }
+    printf("log pi_old from the pass: max weight difference %.3g (update %.3g), mismatch %.6g / %.6g, loss %.9g / %.9g\n", dd, dw,
+           mm[0], mm[1], loss[0], loss[1]);
+    ck_assert(dw > 0);
+    ck_assert_double_le(dd, 1e-6 * dw);
+    ck_assert_double_le(fabs(mm[0] - mm[1]), 1e-6 * fmax(1e-9, mm[1]));
+    ck_assert_double_le(fabs(loss[0] - loss[1]), 1e-6);
+    free(w[0]);
+    free(w[1]);
+    free(w0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("session");
@@ -856,6 +899,7 @@ int main(void)
     tcase_add_test(tc, test_metrics_append_failure);
     tcase_add_test(tc, test_checkpoint_bounds);
     tcase_add_test(tc, test_nonfinite_update);
+    tcase_add_test(tc, test_old_logp_from_pass);
     suite_add_tcase(su, tc);
     return fp4rl_check_run(su);
 }

@@ -319,13 +319,16 @@ fp4rl_status fp4rl_rl_session_set_rewards(fp4rl_rl_session *s, const double *rew
 }
 
 /* ---- train ---- */
+
 typedef struct pg_ctx {
     const fp4rl_rl_session *s;
     fp4rl_pg_config cfg;
     int64_t seq0, nseq, T;           /* the minibatch: sequences [seq0, seq0 + nseq) */
     double total, nonempty;          /* the loss normalizers: tokens and non-empty completions of the
                                         minibatch, over every rank's share of it */
-    const float *logp_old, *logp_ref; /* [n_seqs, T] */
+    float *logp_old;                 /* [n_seqs, T]; filled by the hook when old_from_pass */
+    const float *logp_ref;            /* [n_seqs, T] */
+    int old_from_pass;                /* log pi_old is the training pass's own log-probs (one update per step) */
     const float *adv;
     const int64_t *plen;
     /* accumulated over the step */
@@ -347,6 +350,7 @@ static fp4rl_status pg_hook(void *user, int64_t b0, int64_t nb, const float *log
             const double w = per_seq ? 1.0 / ((double)clen * c->nonempty) : 1.0 / c->total;
             double g;
             fp4rl_pg_token_stats ts;
+            if (c->old_from_pass) c->logp_old[seq * c->T + t] = logp[row]; /* the same weights: on-policy */
             const double lp_old = c->logp_old[seq * c->T + t], mu = ro->logprobs[seq * ro->max_new + j];
             const double lp_ref = c->logp_ref ? c->logp_ref[seq * c->T + t] : 0.0;
             const double l = fp4rl_pg_token_loss(&c->cfg, logp[row], lp_old, mu, lp_ref, c->adv[seq], &g, &ts);
@@ -398,6 +402,20 @@ enum {
     S_CAPPED, S_TIS, S_ENT, S_KL, S_LOSS, S_MM, S_K3, S_NTOK, S_TRAIN_TOKENS, S_COUNT
 };
 enum { X_R_MAX, X_R_NEG_MIN, X_LEN_MAX, X_TIS_MAX, X_MM_MAX, X_ROLLOUT_S, X_TRAIN_S, X_COUNT };
+
+/* The mismatch between the rollout's log mu and the trainer's log pi_old, over the completions. */
+static void mismatch_stats(const fp4rl_rl_session *s, const float *logp_old, int64_t T, const int64_t *plen, double *sum, double *mx)
+{
+    for (int64_t i = 0; i < s->ro.n_seqs; i++)
+        for (int64_t j = 0; j < s->ro.lengths[i]; j++) {
+            const double mu = s->ro.logprobs[i * s->ro.max_new + j], old = logp_old[i * T + plen[i] + j];
+            const double d = fabs(mu - old), r = exp(old - mu);
+            sum[S_MM] += d;
+            mx[X_MM_MAX] = fmax(mx[X_MM_MAX], d);
+            sum[S_K3] += r - 1.0 - (old - mu);
+            sum[S_NTOK]++;
+        }
+}
 
 static void local_stats(const fp4rl_rl_session *s, const pg_ctx *pc, double *sum, double *mx)
 {
@@ -498,8 +516,17 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
     }
     /* 4. advantages (a prompt's group is whole on this rank) */
     if (!st) fp4rl_grpo_advantages(s->rewards, (int64_t)s->n_prompts, G, s->hp[FP4RL_RL_ADV_NORM] != 0, adv, &zero_groups);
-    /* 5. log pi_old with the current weights and the training numerics */
-    if (!st) st = fp4rl_model_run(m, tokens, lengths, NULL, n, T, NULL, logp_old, 0, NULL, NULL, temp, micro, fn);
+    /* 5. log pi_old with the current weights and the training numerics. With one update per step
+     * the training pass runs on the same weights, so its own log-probs are log pi_old (TRL does the
+     * same): no forward of its own, unless the forward draws random numbers (stochastic rounding
+     * of weights or activations: then the two forwards differ and pi_old keeps its own). */
+    const int64_t share = dist ? (int64_t)(s->global_prompts / (size_t)ctx->world_size) * G : n;
+    const int64_t mbs = (int64_t)s->hp[FP4RL_RL_MINIBATCHES] < share ? (int64_t)s->hp[FP4RL_RL_MINIBATCHES] : share;
+    const fp4rl_quant_policy *pol = m->policy;
+    const int old_from_pass = !s->separate_old_pass && s->hp[FP4RL_RL_EPOCHS] == 1 && mbs <= 1 &&
+                              fp4rl_policy_value(pol, FP4RL_QP_ROUNDING_WEIGHT) != FP4RL_ROUND_STOCHASTIC &&
+                              fp4rl_policy_value(pol, FP4RL_QP_ROUNDING_ACTIVATION) != FP4RL_ROUND_STOCHASTIC;
+    if (!st && !old_from_pass) st = fp4rl_model_run(m, tokens, lengths, NULL, n, T, NULL, logp_old, 0, NULL, NULL, temp, micro, fn);
     /* the KL reference: the weights at the first step with beta > 0, kept on the device */
     if (!st && logp_ref) {
         const size_t bytes = (size_t)m->total * sizeof(float);
@@ -513,17 +540,8 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
         if (!st) st = fp4rl_model_run(m, tokens, lengths, NULL, n, T, NULL, logp_ref, 0, NULL, NULL, temp, micro, fn);
         m->w = live;
     }
-    /* mismatch between the rollout's log mu and the trainer's log pi_old */
     double sum[S_COUNT] = {0}, mx[X_COUNT] = {0};
-    for (int64_t i = 0; !st && i < n; i++)
-        for (int64_t j = 0; j < s->ro.lengths[i]; j++) {
-            const double mu = s->ro.logprobs[i * s->ro.max_new + j], old = logp_old[i * T + plen[i] + j];
-            const double d = fabs(mu - old), r = exp(old - mu);
-            sum[S_MM] += d;
-            mx[X_MM_MAX] = fmax(mx[X_MM_MAX], d);
-            sum[S_K3] += r - 1.0 - (old - mu);
-            sum[S_NTOK]++;
-        }
+    if (!st && !old_from_pass) mismatch_stats(s, logp_old, T, plen, sum, mx);
     /* every rank has its batch and log-probs: all go on, or all stop here */
     st = fp4rl_dist_agree(ctx, st, entry);
     /* a session's first update starts a fresh AdamW state: moments left by earlier supervised
@@ -539,9 +557,7 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
      * gradients are summed over the ranks, so every rank applies the same update. The count of
      * minibatches is capped by the smallest rank's completions, the same on every rank. */
     pg_ctx pc = {.s = s, .cfg = {s->hp[FP4RL_RL_CLIP_LOW], s->hp[FP4RL_RL_CLIP_HIGH], s->hp[FP4RL_RL_TIS_CAP], s->hp[FP4RL_RL_KL_COEF]},
-                 .T = T, .logp_old = logp_old, .logp_ref = logp_ref, .adv = adv, .plen = plen};
-    const int64_t share = dist ? (int64_t)(s->global_prompts / (size_t)ctx->world_size) * G : n;
-    const int64_t mbs = (int64_t)s->hp[FP4RL_RL_MINIBATCHES] < share ? (int64_t)s->hp[FP4RL_RL_MINIBATCHES] : share;
+                 .T = T, .logp_old = logp_old, .logp_ref = logp_ref, .old_from_pass = old_from_pass, .adv = adv, .plen = plen};
     const int bf16 = s->hp[FP4RL_RL_ALLREDUCE_BF16] != 0;
     double gn_sum = 0;
     int64_t updates = 0;
@@ -584,6 +600,7 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
             for (int64_t i = pc.seq0; i < pc.seq0 + pc.nseq; i++) sum[S_TRAIN_TOKENS] += lengths[i];
         }
     if (!stopped) st = fp4rl_dist_agree(ctx, st, entry); /* the last update */
+    if (!st && old_from_pass) mismatch_stats(s, logp_old, T, plen, sum, mx); /* filled by the pass */
     if (!st) {
         sum[S_ZERO_GROUPS] = (double)zero_groups;
         local_stats(s, &pc, sum, mx);

@@ -33,6 +33,7 @@ struct fp4rl_rl_session {
     float *ref_w;
     double metrics[M_COUNT];
     char *metrics_path;
+    int separate_old_pass;     /* tests: 1 = always a forward of its own for log pi_old */
 };
 
 /* The bounds of session parameter p (core/rl/session.c): NULL when v is allowed, else the allowed range. */

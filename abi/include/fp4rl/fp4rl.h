@@ -522,7 +522,10 @@ typedef enum fp4rl_rlparam {
                                      1 = mean over all tokens */
     FP4RL_RL_ADV_NORM = 11,       /* 1 = divide by the group's std (GRPO) [1]; 0 = Dr. GRPO */
     FP4RL_RL_MINIBATCHES = 12,    /* optimizer steps per epoch, 1..n_prompts*G [1] */
-    FP4RL_RL_EPOCHS = 13,         /* passes over the rollout, 1..100 [1] */
+    FP4RL_RL_EPOCHS = 13,         /* passes over the rollout, 1..100 [1]. With one update per step
+                                     (1 epoch, 1 minibatch) log pi_old is the training pass's own
+                                     log-probs, as in TRL (the same weights; no forward of its own),
+                                     unless the policy rounds weights or activations stochastically */
     FP4RL_RL_GRAD_CLIP = 14,      /* global-norm clip, 0 = off [1.0] */
     FP4RL_RL_SEED = 15,           /* seed of sampling, 0 .. 2^53 [0] */
     FP4RL_RL_ALLREDUCE_BF16 = 16, /* distributed contexts: 0 = all-reduce the gradients in FP32 [0];
