@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/block.h"
 #include "model/model.h"
 #include "rl/session.h"
 
@@ -276,6 +277,38 @@ START_TEST(test_recompute_bit_identical)
 }
 END_TEST
 
+/* What a block keeps for backward is the narrowest exact form: in BF16 numerics the FP32 inputs of
+ * the linears (ln1, ln2, h) die in the forward (their BF16 operands are saved); with 1D FP4 blocks
+ * the backward re-quantizes them along tokens, so they stay. */
+START_TEST(test_block_keeps_narrow_operands)
+{
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        fp4rl_quant_policy *p = preset_policy(FP4RL_PRESET_HIF4_RL, bf16);
+        fp4rl_model *m;
+        ck_assert_msg(fp4rl_model_create(&m, ctx, config(1, 96), p, 3) == FP4RL_OK, "%s", fp4rl_last_error());
+        enum { B = 2, T = 16 };
+        const int64_t N = B * T, C = m->cfg.hidden_size;
+        int32_t pos[N], len[B] = {T, 9};
+        for (int i = 0; i < N; i++) pos[i] = i % T;
+        float *x = malloc((size_t)(N * C) * sizeof(float));
+        for (int64_t i = 0; i < N * C; i++) x[i] = (float)((i * 37) % 19) / 19.0f - 0.5f;
+        const fp4rl_block_batch bt = {pos, len, B, T};
+        fp4rl_block_acts A = {.mem = {.ctx = ctx}};
+        ck_assert_msg(fp4rl_block_forward(m, 0, &bt, &A, x, NULL) == FP4RL_OK, "%s", fp4rl_last_error());
+        if (bf16) {
+            ck_assert(!A.ln1 && !A.ln2 && !A.h);
+            ck_assert(A.sv[FP4RL_LIN_Q].xb && A.sv[FP4RL_LIN_K].xb == A.sv[FP4RL_LIN_Q].xb && A.sv[FP4RL_LIN_DOWN].xb);
+        } else {
+            ck_assert(A.ln1 && A.ln2 && A.h);
+        }
+        fp4rl_arena_free(&A.mem);
+        free(x);
+        fp4rl_model_destroy(m);
+        fp4rl_quant_policy_destroy(p);
+    }
+}
+END_TEST
+
 /* An RL step whose trainer runs in micro-batches of one completion (FP4RL_RL_MICROBATCH_TOKENS)
  * against one pass, from the same weights and seed (FP32 training numerics): the same rollout,
  * so the same loss (1e-6 absolute) and gradient norm (1e-6) and the same update (1e-5 on the
@@ -336,6 +369,7 @@ int main(void)
     tcase_add_test(tc, test_microbatches_equal_one_pass);
     tcase_add_test(tc, test_rl_microbatches_equal_one_pass);
     tcase_add_test(tc, test_recompute_bit_identical);
+    tcase_add_test(tc, test_block_keeps_narrow_operands);
     suite_add_tcase(s, tc);
     return fp4rl_check_run(s);
 }

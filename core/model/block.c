@@ -40,6 +40,12 @@ fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_ba
                              share_k ? &ln1_op : NULL));
     TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_V], A->v, A->ln1, W(l, FP4RL_LP_V_W), W(l, FP4RL_LP_V_B), N, C, KD,
                              share_v ? &ln1_op : NULL));
+    /* an FP32 linear input the backward does not read dies here (saved: its BF16 operand) */
+    const int keep_qk = fp4rl_linear_reads_x(m, &s_qk), keep_blk = fp4rl_linear_reads_x(m, &s_blk);
+    if (!keep_qk && !keep_blk) {
+        fp4rl_arena_release(a, A->ln1);
+        A->ln1 = NULL;
+    }
     TRY(ops->rope_forward(ctx, A->q, A->q, bt->pos, N, Hq, D, theta));
     TRY(ops->rope_forward(ctx, A->k, A->k, bt->pos, N, Hkv, D, theta));
     TRY(ops->attention_forward(ctx, A->att, A->lse, A->q, A->k, A->v, bt->len, bt->B, bt->T, Hq, Hkv, D));
@@ -50,8 +56,16 @@ fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_ba
     ln2_op.xb = A->sv[FP4RL_LIN_GATE].xb;
     TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_UP], A->up, A->ln2, W(l, FP4RL_LP_UP_W), NULL, N, C, I,
                              share_up ? &ln2_op : NULL));
+    if (!keep_blk) {
+        fp4rl_arena_release(a, A->ln2);
+        A->ln2 = NULL;
+    }
     TRY(ops->swiglu_forward(ctx, A->h, A->gate, A->up, N * I));
     TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_DOWN], o, A->h, W(l, FP4RL_LP_DOWN_W), NULL, N, I, C, NULL));
+    if (!keep_blk) {
+        fp4rl_arena_release(a, A->h);
+        A->h = NULL;
+    }
     TRY(ops->residual_forward(ctx, A->x_out, A->x1, o, N * C));
     fp4rl_arena_release(a, o);
     return FP4RL_OK;

@@ -122,6 +122,9 @@ FP4RL_HIDDEN fp4rl_status fp4rl_linear_forward(fp4rl_model *m, fp4rl_arena *a, c
  * BF16 path or its weight draws random numbers (then a->st is unchanged), or on failure (a->st). */
 FP4RL_HIDDEN uint16_t *fp4rl_linear_weight_operand(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, float *w,
                                                   int64_t OUT, int64_t IN);
+/* 1 when the linear's backward reads its FP32 input x (else the saved operand is all it needs,
+ * and x can be released after the forward). */
+FP4RL_HIDDEN int fp4rl_linear_reads_x(const fp4rl_model *m, const fp4rl_linear_spec *s);
 /* 1 when linears of specs a and b make the same BF16 forward operand of one x (q/k/v of ln1,
  * gate/up of ln2), which can then be made once. */
 FP4RL_HIDDEN int fp4rl_linear_same_activation(const fp4rl_model *m, const fp4rl_linear_spec *a, const fp4rl_linear_spec *b);

@@ -243,6 +243,13 @@ uint16_t *fp4rl_linear_weight_operand(fp4rl_model *m, fp4rl_arena *a, const fp4r
     return bf16_operand(m, a, w, OUT, IN, s, FP4RL_ROLE_WEIGHT, 0);
 }
 
+int fp4rl_linear_reads_x(const fp4rl_model *m, const fp4rl_linear_spec *s)
+{
+    /* the FP32 path keeps pointers into x (FP32 mode) or re-quantizes from it; the BF16 path
+     * re-makes x only with 1D FP4 blocks (along tokens for dW) */
+    return !bf16_path(m, s) || (s->mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUM_FP4 && !s->tile[FP4RL_ROLE_ACTIVATION]);
+}
+
 int fp4rl_linear_same_activation(const fp4rl_model *m, const fp4rl_linear_spec *a, const fp4rl_linear_spec *b)
 {
     const fp4rl_role X = FP4RL_ROLE_ACTIVATION;
