@@ -881,6 +881,47 @@ START_TEST(test_old_logp_from_pass)
 }
 END_TEST
 
+/* The learning-rate schedule per update, against transformers' get_{linear,cosine}_schedule_with_warmup
+ * written out here: lr(u) = lr * u / W in the warm-up (0 at the first update: the weights do not
+ * move), then linear max(0, (N - u) / (N - W)) or cosine 0.5 (1 + cos(pi (u - W) / (N - W))). */
+START_TEST(test_lr_schedule)
+{
+    const double lr = 1e-3;
+    for (int sched = 1; sched <= 2; sched++) {
+        const int W = sched == 1 ? 1 : 2, N = sched == 1 ? 4 : 6;
+        fp4rl_model *m;
+        fp4rl_rl_session *s = new_session(&m, NULL, 4);
+        ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_LR_SCHEDULE, 3), FP4RL_ERR_INVALID_ARGUMENT);
+        ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_WARMUP_STEPS, 1.5), FP4RL_ERR_INVALID_ARGUMENT);
+        ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_LR_SCHEDULE, sched), FP4RL_OK);
+        ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_WARMUP_STEPS, W), FP4RL_OK);
+        ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_TOTAL_STEPS, N), FP4RL_OK);
+        int32_t tok[2 * 43];
+        size_t off[3];
+        prompts_for(5, 2, tok, off);
+        float *w0 = device_copy(m, m->w);
+        for (int u = 0; u <= N; u++) {
+            ck_assert_int_eq(fp4rl_rl_session_step(s, tok, off, 2, sevens, NULL), FP4RL_OK);
+            double got;
+            ck_assert_int_eq(fp4rl_rl_session_metric(s, "lr", &got), FP4RL_OK);
+            double f;
+            if (u < W) f = (double)u / W;
+            else if (sched == 1) f = fmax(0.0, (double)(N - u) / (double)(N - W));
+            else f = fmax(0.0, 0.5 * (1.0 + cos(M_PI * (double)(u - W) / (double)(N - W))));
+            ck_assert_msg(fabs(got - lr * f) <= 1e-15, "schedule %d, update %d: lr %.17g, expected %.17g", sched, u, got, lr * f);
+            if (u == 0) { /* lr 0: AdamW with no decay leaves the weights as they were */
+                float *w1 = device_copy(m, m->w);
+                ck_assert_mem_eq(w0, w1, (size_t)m->total * sizeof(float));
+                free(w1);
+            }
+        }
+        free(w0);
+        fp4rl_rl_session_destroy(s);
+        fp4rl_model_destroy(m);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("session");
@@ -900,6 +941,7 @@ int main(void)
     tcase_add_test(tc, test_checkpoint_bounds);
     tcase_add_test(tc, test_nonfinite_update);
     tcase_add_test(tc, test_old_logp_from_pass);
+    tcase_add_test(tc, test_lr_schedule);
     suite_add_tcase(su, tc);
     return fp4rl_check_run(su);
 }

@@ -26,9 +26,10 @@ static const char *const metric_names[M_COUNT] = {
 static const char *const param_names[FP4RL_RL_PARAM_COUNT] = {
     "group_size", "max_new_tokens", "temperature", "top_k", "lr", "weight_decay", "clip_low", "clip_high",
     "tis_cap", "kl_coef", "loss_agg", "adv_norm", "minibatches", "epochs", "grad_clip", "seed", "allreduce_bf16",
-    "microbatch_tokens",
+    "microbatch_tokens", "warmup_steps", "lr_schedule", "total_steps",
 };
-static const double param_defaults[FP4RL_RL_PARAM_COUNT] = {8, 64, 1.0, 0, 1e-6, 0, 0.2, 0.2, 5.0, 0, 0, 1, 1, 1, 1.0, 0, 0, 0};
+static const double param_defaults[FP4RL_RL_PARAM_COUNT] = {8, 64, 1.0, 0, 1e-6, 0, 0.2, 0.2, 5.0, 0, 0, 1, 1, 1, 1.0, 0, 0, 0,
+                                                            0, 0, 0};
 
 static double now_s(void)
 {
@@ -110,6 +111,10 @@ const char *fp4rl_rl_param_allowed(const fp4rl_rl_session *s, int p, double v)
     case FP4RL_RL_EPOCHS: if (!(integral && v >= 1 && v <= 100)) allowed = "an integer in 1 .. 100"; break;
     case FP4RL_RL_MICROBATCH_TOKENS: if (!(integral && v >= 0 && v <= 1099511627776.0)) allowed = "0 (automatic) or an integer up to 2^40"; break;
     case FP4RL_RL_SEED: if (!(integral && v >= 0 && v <= 9007199254740992.0)) allowed = "an integer in 0 .. 2^53"; break;
+    case FP4RL_RL_WARMUP_STEPS: case FP4RL_RL_TOTAL_STEPS:
+        if (!(integral && v >= 0 && v <= 2147483648.0)) allowed = "an integer in 0 .. 2^31";
+        break;
+    case FP4RL_RL_LR_SCHEDULE: if (!(v == 0 || v == 1 || v == 2)) allowed = "0 (constant), 1 (linear) or 2 (cosine)"; break;
     default: if (!(v >= 0 && isfinite(v))) allowed = ">= 0"; break; /* clip high, grad clip */
     }
     return allowed;
@@ -320,6 +325,17 @@ fp4rl_status fp4rl_rl_session_set_rewards(fp4rl_rl_session *s, const double *rew
 
 /* ---- train ---- */
 
+double fp4rl_rl_lr_factor(int schedule, double warmup, double total, double u)
+{
+    if (u < warmup) return u / warmup;
+    if (schedule == 0) return 1.0;
+    const double span = total - warmup;
+    if (span <= 0) return 0.0; /* the schedule has ended before it began */
+    const double progress = (u - warmup) / span;
+    if (schedule == 1) return progress >= 1 ? 0.0 : 1.0 - progress;
+    return progress >= 1 ? 0.0 : 0.5 * (1.0 + cos(3.141592653589793 * progress));
+}
+
 typedef struct pg_ctx {
     const fp4rl_rl_session *s;
     fp4rl_pg_config cfg;
@@ -446,7 +462,8 @@ static void local_stats(const fp4rl_rl_session *s, const pg_ctx *pc, double *sum
     mx[X_ROLLOUT_S] = s->rollout_s;
 }
 
-static void set_metrics(fp4rl_rl_session *s, const double *sum, const double *mx, double grad_norm, int64_t updates, int dist)
+static void set_metrics(fp4rl_rl_session *s, const double *sum, const double *mx, double grad_norm, int64_t updates, int dist,
+                        double lr)
 {
     double *M = s->metrics;
     memset(s->metrics, 0, sizeof s->metrics);
@@ -473,7 +490,7 @@ static void set_metrics(fp4rl_rl_session *s, const double *sum, const double *mx
     M[M_MISMATCH_MAX] = mx[X_MM_MAX];
     M[M_MISMATCH_K3] = sum[S_NTOK] ? sum[S_K3] / sum[S_NTOK] : 0;
     M[M_GRAD_NORM] = grad_norm / (double)updates;
-    M[M_LR] = s->hp[FP4RL_RL_LR];
+    M[M_LR] = lr; /* the last update's, after the schedule */
     const double rollout_s = mx[X_ROLLOUT_S], train_s = mx[X_TRAIN_S];
     M[M_TIME_ROLLOUT] = rollout_s;
     M[M_TIME_TRAIN] = train_s;
@@ -559,7 +576,7 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
     pg_ctx pc = {.s = s, .cfg = {s->hp[FP4RL_RL_CLIP_LOW], s->hp[FP4RL_RL_CLIP_HIGH], s->hp[FP4RL_RL_TIS_CAP], s->hp[FP4RL_RL_KL_COEF]},
                  .T = T, .logp_old = logp_old, .logp_ref = logp_ref, .old_from_pass = old_from_pass, .adv = adv, .plen = plen};
     const int bf16 = s->hp[FP4RL_RL_ALLREDUCE_BF16] != 0;
-    double gn_sum = 0;
+    double gn_sum = 0, last_lr = s->hp[FP4RL_RL_LR];
     int64_t updates = 0;
     int stopped = st != FP4RL_OK; /* a failure every rank knows of: no more collectives */
     for (int64_t e = 0; !stopped && e < (int64_t)s->hp[FP4RL_RL_EPOCHS]; e++)
@@ -588,7 +605,11 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
                 break;
             }
             st = fp4rl_dist_sum_f32(ctx, m->g, m->total, bf16);
-            if (!st) st = fp4rl_model_update(m, s->hp[FP4RL_RL_LR], s->hp[FP4RL_RL_WEIGHT_DECAY], s->hp[FP4RL_RL_GRAD_CLIP], &gn);
+            /* this update's learning rate: u = the session's earlier updates (m->step, reset at its first) */
+            const double lr = s->hp[FP4RL_RL_LR] * fp4rl_rl_lr_factor((int)s->hp[FP4RL_RL_LR_SCHEDULE], s->hp[FP4RL_RL_WARMUP_STEPS],
+                                                                      s->hp[FP4RL_RL_TOTAL_STEPS], (double)m->step);
+            if (!st) st = fp4rl_model_update(m, lr, s->hp[FP4RL_RL_WEIGHT_DECAY], s->hp[FP4RL_RL_GRAD_CLIP], &gn);
+            last_lr = lr;
             if (st && updates > 0) { /* a refused update stops the step; the earlier ones are not undone */
                 char msg[1024];
                 snprintf(msg, sizeof msg, "%s", fp4rl_last_error());
@@ -609,7 +630,7 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
         if (!st) st = fp4rl_dist_max_f64(ctx, mx, X_COUNT);
     }
     if (!st) {
-        set_metrics(s, sum, mx, gn_sum, updates, dist);
+        set_metrics(s, sum, mx, gn_sum, updates, dist, last_lr);
         s->steps++;
         clear_rollout(s);
         /* the update is applied: a failing metrics append does not fail the step; it is

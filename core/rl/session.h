@@ -39,6 +39,8 @@ struct fp4rl_rl_session {
 /* The bounds of session parameter p (core/rl/session.c): NULL when v is allowed, else the allowed range. */
 FP4RL_HIDDEN const char *fp4rl_rl_param_allowed(const fp4rl_rl_session *s, int p, double v);
 FP4RL_HIDDEN const char *fp4rl_rl_param_name(int p);
+/* The learning-rate factor of update u (FP4RL_RL_LR_SCHEDULE, _WARMUP_STEPS, _TOTAL_STEPS). */
+FP4RL_HIDDEN double fp4rl_rl_lr_factor(int schedule, double warmup, double total, double u);
 /* core/rl/checkpoint.c */
 FP4RL_HIDDEN fp4rl_status fp4rl_session_save(const fp4rl_rl_session *s, const char *dir);
 FP4RL_HIDDEN fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir);

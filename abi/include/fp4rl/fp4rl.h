@@ -535,9 +535,18 @@ typedef enum fp4rl_rlparam {
                                        the KL reference, each minibatch's loss and backward), as
                                        FP4RL_MP_MICROBATCH_TOKENS: whole completions, gradients
                                        accumulated, the minibatch's loss normalisation; 0 = automatic
-                                       from the free device memory [0]; an integer in 0 .. 2^40 */
+                                       from the free device memory [0]; an integer in 0 .. 2^40 */,
+    /* The learning-rate schedule, per optimizer update u = 0, 1, ... of the session (the count of
+     * earlier updates; one per minibatch and epoch), as transformers' get_*_schedule_with_warmup
+     * (which TRL uses): lr(u) = FP4RL_RL_LR * f(u) with f(u) = u / W while u < W (the first update
+     * of a warm-up has lr 0, as in transformers), then 1 (constant), or max(0, (N - u) / (N - W))
+     * (linear), or max(0, (1 + cos(pi (u - W) / (N - W))) / 2) (cosine), W the warm-up and N the
+     * total updates. The metric "lr" is the last update's. */
+    FP4RL_RL_WARMUP_STEPS = 18,   /* W, an integer in 0 .. 2^31 [0] */
+    FP4RL_RL_LR_SCHEDULE = 19,    /* 0 = constant [0], 1 = linear decay, 2 = cosine decay */
+    FP4RL_RL_TOTAL_STEPS = 20     /* N for linear / cosine, an integer in 0 .. 2^31, N > W when used [0] */
 } fp4rl_rlparam;
-#define FP4RL_RL_PARAM_COUNT 18
+#define FP4RL_RL_PARAM_COUNT 21
 
 /* Creates a session that trains `model` (borrowed: it must outlive the session and belong to
  * `ctx`) with `policy` (copied; it becomes the model's policy; NULL keeps the model's). The

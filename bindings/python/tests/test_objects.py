@@ -299,6 +299,16 @@ def new_session(ctx, model_seed=3, **kw):
     return fp4rl.RLSession(ctx, m, stop_tokens=[12], group_size=4, max_new_tokens=4, lr=1e-3, **kw)
 
 
+def test_session_lr_schedule(ctx):
+    # warm-up of 2 updates then cosine to 0 at 4: lr 0, lr/2, lr, lr/2 (transformers' schedule)
+    s = new_session(ctx, warmup_steps=2, lr_schedule=2, total_steps=4)
+    assert (s.hparams["warmup_steps"], s.hparams["lr_schedule"], s.hparams["total_steps"]) == (2, 2, 4)
+    got = [s.step(PROMPTS, lambda i, p, c: sevens(i, p, c))["lr"] for _ in range(4)]
+    assert got == pytest.approx([0.0, 0.5e-3, 1e-3, 0.5e-3], abs=1e-15)
+    with pytest.raises(fp4rl.Error):
+        s.set(lr_schedule=3)
+
+
 def test_session_hparams_and_metrics(ctx, tmp_path):
     s = new_session(ctx, clip_high=0.28, seed=42, metrics_file=tmp_path / "m.jsonl")
     hp = s.hparams

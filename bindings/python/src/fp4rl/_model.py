@@ -120,7 +120,7 @@ class Model(_Owned):
 
     # ---- hyper-parameters and sizes ----
     def set_hparams(self, **hparams) -> "Model":
-        """AdamW and training knobs: lr, weight_decay, beta1, beta2, adam_eps, grad_clip, microbatch_tokens."""
+        """AdamW and training knobs: lr, weight_decay, beta1, beta2, adam_eps, grad_clip, microbatch_tokens, recompute."""
         for name, value in hparams.items():
             capi.fp4rl_model_set_hparam(self._h, _names.lookup(_names.MODEL_PARAMS, name, "model hyper-parameter"), float(value))
         return self

@@ -233,7 +233,10 @@ pub const FP4RL_RL_GRAD_CLIP: fp4rl_rlparam = 14;
 pub const FP4RL_RL_SEED: fp4rl_rlparam = 15;
 pub const FP4RL_RL_ALLREDUCE_BF16: fp4rl_rlparam = 16;
 pub const FP4RL_RL_MICROBATCH_TOKENS: fp4rl_rlparam = 17;
-pub const FP4RL_RL_PARAM_COUNT: c_int = 18;
+pub const FP4RL_RL_WARMUP_STEPS: fp4rl_rlparam = 18;
+pub const FP4RL_RL_LR_SCHEDULE: fp4rl_rlparam = 19;
+pub const FP4RL_RL_TOTAL_STEPS: fp4rl_rlparam = 20;
+pub const FP4RL_RL_PARAM_COUNT: c_int = 21;
 
 // Functions, in the header's order. `size_t` is `usize` (the same width and ABI on every
 // platform Rust and the library support); `const T *` is `*const T`, `T *` is `*mut T`.

@@ -279,5 +279,11 @@ c_enum! {
         AllreduceBf16 = sys::FP4RL_RL_ALLREDUCE_BF16,
         /// tokens per micro-batch of the trainer's passes; 0 = automatic from the free device memory [0]
         MicrobatchTokens = sys::FP4RL_RL_MICROBATCH_TOKENS,
+        /// learning-rate warm-up, in optimizer updates (lr(u) = lr * u / W while u < W) [0]
+        WarmupSteps = sys::FP4RL_RL_WARMUP_STEPS,
+        /// after the warm-up: 0 = constant [0], 1 = linear decay, 2 = cosine decay (as transformers)
+        LrSchedule = sys::FP4RL_RL_LR_SCHEDULE,
+        /// total optimizer updates of a linear / cosine schedule [0]
+        TotalSteps = sys::FP4RL_RL_TOTAL_STEPS,
     }
 }
