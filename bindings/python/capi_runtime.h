@@ -51,7 +51,7 @@ static int fp4rlpy_init_exceptions(PyObject *m)
         {FP4RL_ERR_UNSUPPORTED, "UnsupportedError", "FP4RL_ERR_UNSUPPORTED: valid, but not implemented for this case."},
         {FP4RL_ERR_OUT_OF_MEMORY, "OutOfMemoryError", "FP4RL_ERR_OUT_OF_MEMORY: an allocation failed (also a MemoryError)."},
         {FP4RL_ERR_DEVICE, "DeviceError", "FP4RL_ERR_DEVICE: no such device, or a device error."},
-        {FP4RL_ERR_IO, "IOError_", "FP4RL_ERR_IO: a file could not be read or written (also an OSError)."},
+        {FP4RL_ERR_IO, "FileIOError", "FP4RL_ERR_IO: a file could not be read or written (also an OSError)."},
         {FP4RL_ERR_CORRUPT, "CorruptError", "FP4RL_ERR_CORRUPT: a file or buffer is malformed."},
         {FP4RL_ERR_CALLBACK, "CallbackError", "FP4RL_ERR_CALLBACK: a user callback failed; __cause__ is the Python exception it raised."},
         {FP4RL_ERR_INTERNAL, "InternalError", "FP4RL_ERR_INTERNAL: a bug in fp4rl; please report it with the message."},

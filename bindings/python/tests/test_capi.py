@@ -62,7 +62,7 @@ STATUS_CLASSES = {
     capi.FP4RL_ERR_UNSUPPORTED: (fp4rl.UnsupportedError, NotImplementedError),
     capi.FP4RL_ERR_OUT_OF_MEMORY: (fp4rl.OutOfMemoryError, MemoryError),
     capi.FP4RL_ERR_DEVICE: (fp4rl.DeviceError, RuntimeError),
-    capi.FP4RL_ERR_IO: (fp4rl.IOError_, OSError),
+    capi.FP4RL_ERR_IO: (fp4rl.FileIOError, OSError),
     capi.FP4RL_ERR_CORRUPT: (fp4rl.CorruptError, fp4rl.Error),
     capi.FP4RL_ERR_CALLBACK: (fp4rl.CallbackError, fp4rl.Error),
     capi.FP4RL_ERR_INTERNAL: (fp4rl.InternalError, RuntimeError),

@@ -73,9 +73,10 @@ def test_device():
 
 def test_io(ctx, tmp_path):
     model = fp4rl.Model(ctx, TINY)
-    e = raises_c_error(fp4rl.IOError_, model.load, tmp_path / "missing.safetensors")
+    e = raises_c_error(fp4rl.FileIOError, model.load, tmp_path / "missing.safetensors")
     assert isinstance(e, OSError)
     s = fp4rl.RLSession(ctx, model)
+    assert fp4rl.IOError_ is fp4rl.FileIOError  # the old name still catches it
     raises_c_error(fp4rl.IOError_, setattr, s, "metrics_file", tmp_path / "no" / "dir" / "m.jsonl")
 
 

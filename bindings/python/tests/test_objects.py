@@ -299,6 +299,49 @@ def new_session(ctx, model_seed=3, **kw):
     return fp4rl.RLSession(ctx, m, stop_tokens=[12], group_size=4, max_new_tokens=4, lr=1e-3, **kw)
 
 
+def test_grpo_config_defaults_and_trl_names(ctx):
+    s = new_session(ctx)
+    fresh = fp4rl.RLSession(ctx, s.model)
+    assert fresh.config == fp4rl.GRPOConfig()  # the dataclass's defaults are the C library's
+    assert fp4rl.GRPOConfig.names() == fp4rl.RLSession.HPARAMS
+    assert "num_generations" in fp4rl.GRPOConfig.doc("group_size")
+    c = fp4rl.GRPOConfig.from_trl(num_generations=4, max_completion_length=4, learning_rate=2e-3, beta=0.04,
+                                  epsilon=0.1, epsilon_high=0.28, loss_type="dr_grpo", lr_scheduler_type="cosine",
+                                  warmup_steps=1, max_steps=10, num_iterations=2, max_grad_norm=0.5)
+    assert (c.group_size, c.max_new_tokens, c.lr, c.kl_coef, c.clip_low, c.clip_high) == (4, 4, 2e-3, 0.04, 0.1, 0.28)
+    assert (c.loss_agg, c.adv_norm, c.lr_schedule, c.warmup_steps, c.total_steps, c.epochs, c.grad_clip) == (1, 0, 2, 1, 10, 2, 0.5)
+    assert fp4rl.GRPOConfig.from_trl(loss_type="grpo", scale_rewards=False).to_dict()["adv_norm"] == 0
+    with pytest.raises(TypeError):
+        fp4rl.GRPOConfig.from_trl(num_generationz=4)
+    with pytest.raises(ValueError):
+        fp4rl.GRPOConfig.from_trl(loss_type="ppo")
+    s2 = fp4rl.RLSession(ctx, s.model, config=c, clip_high=0.3)  # keyword arguments override the config
+    assert s2.config == c.update({"clip_high": 0.3})
+
+
+def test_batched_rewards_equal_per_completion(ctx):
+    # the same seed and prompts: a batched reward (TRL's form) gives the step a per-completion one gives
+    out = []
+    for batched in (False, True):
+        s = new_session(ctx, seed=7)
+        if batched:
+            seen = []
+            def rewards(prompts, completions):
+                seen.append((prompts, completions))
+                return [sevens(0, p, c) for p, c in zip(prompts, completions)]
+            metrics = s.step(PROMPTS, rewards, batched=True)
+            (prompts, completions), = seen
+            assert len(completions) == 16 and all(list(p) == PROMPTS[i // 4] for i, p in enumerate(prompts))
+        else:
+            metrics = s.step(PROMPTS, sevens)
+        out.append((metrics, s.model.get_param("model.norm.weight")))
+    assert out[0][0]["reward/mean"] == out[1][0]["reward/mean"] and out[0][0]["pg/loss"] == out[1][0]["pg/loss"]
+    assert np.array_equal(out[0][1], out[1][1])
+    s = new_session(ctx)
+    with pytest.raises(ValueError):
+        s.step(PROMPTS, lambda p, c: [0.0], batched=True)
+
+
 def test_session_lr_schedule(ctx):
     # warm-up of 2 updates then cosine to 0 at 4: lr 0, lr/2, lr, lr/2 (transformers' schedule)
     s = new_session(ctx, warmup_steps=2, lr_schedule=2, total_steps=4)

@@ -19,6 +19,7 @@ from .capi import (
     Error,
     InternalError,
     InvalidArgumentError,
+    FileIOError,
     IOError_,
     OutOfMemoryError,
     ShapeError,
@@ -27,6 +28,7 @@ from .capi import (
 from ._context import Context, Tensor, nccl_unique_id
 from ._model import Model
 from ._policy import QuantPolicy
+from ._config import GRPOConfig
 from ._session import Completion, RLSession, pack_prompts
 from ._names import DTYPES as _DTYPES, PRESETS as _PRESETS
 
@@ -47,8 +49,8 @@ def last_error() -> str:
 
 
 __all__ = [
-    "Context", "Tensor", "nccl_unique_id", "QuantPolicy", "Model", "RLSession", "Completion", "pack_prompts",
+    "Context", "Tensor", "nccl_unique_id", "QuantPolicy", "Model", "RLSession", "GRPOConfig", "Completion", "pack_prompts",
     "Error", "InvalidArgumentError", "ShapeError", "DTypeError", "UnsupportedError", "OutOfMemoryError",
-    "DeviceError", "IOError_", "CorruptError", "CallbackError", "InternalError",
+    "DeviceError", "FileIOError", "IOError_", "CorruptError", "CallbackError", "InternalError",
     "DTYPES", "PRESETS", "METRICS", "version", "last_error", "capi",
 ]

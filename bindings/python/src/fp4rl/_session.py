@@ -10,11 +10,14 @@ import numpy as np
 
 from . import _names, capi
 from ._base import _Owned, as_array
+from ._config import GRPOConfig
 from ._context import Context
 from ._model import Model
 from ._policy import QuantPolicy
 
 RewardFn = Callable[[int, tuple, tuple], float]
+# the batched form: (prompts, completions) of the whole step, as tuples of ids -> one float each
+BatchedRewardFn = Callable[[list, list], Sequence[float]]
 
 
 def pack_prompts(prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -49,7 +52,8 @@ class RLSession(_Owned):
                        stop_tokens=[eos]) as s:
             metrics = s.step(prompts, reward)      # reward(prompt_index, prompt, completion) -> float
 
-    Hyper-parameters (``RLSession.HPARAMS``) are keyword arguments, also to ``set``. The session
+    Hyper-parameters (``RLSession.HPARAMS``) are keyword arguments, also to ``set``, or a typed
+    ``config=fp4rl.GRPOConfig(...)`` (keyword arguments override it). The session
     keeps its model and context alive. Prompts are a list of token-id sequences, or flat tokens
     with ``offsets=`` (CSR, passed without copying)."""
 
@@ -58,7 +62,8 @@ class RLSession(_Owned):
     METRICS = _names.metric_names()
 
     def __init__(self, ctx: Context, model: Model, policy: QuantPolicy | None = None, *,
-                 stop_tokens: Sequence[int] | None = None, metrics_file=None, **hparams):
+                 stop_tokens: Sequence[int] | None = None, metrics_file=None, config: GRPOConfig | None = None,
+                 **hparams):
         self._adopt(capi.fp4rl_rl_session_create(ctx._h, model._h, policy._h if policy is not None else None))
         self.ctx = ctx
         self.model = model
@@ -66,6 +71,8 @@ class RLSession(_Owned):
             self.stop_tokens = stop_tokens
         if metrics_file is not None:
             self.metrics_file = metrics_file
+        if config is not None:
+            self.set(**config.to_dict())
         self.set(**hparams)
 
     def __repr__(self) -> str:
@@ -113,14 +120,34 @@ class RLSession(_Owned):
         self._metrics_file = path
 
     # ---- the step ----
-    def step(self, prompts, reward_fn: RewardFn, *, offsets=None) -> dict[str, float]:
+    @property
+    def config(self) -> GRPOConfig:
+        """The session's hyper-parameters as a GRPOConfig."""
+        defaults = GRPOConfig()
+        return GRPOConfig(**{n: type(getattr(defaults, n))(v) for n, v in self.hparams.items()})
+
+    def step(self, prompts, reward_fn, *, offsets=None, batched: bool = False) -> dict[str, float]:
         """One complete step; returns its metrics. ``reward_fn(prompt_index, prompt, completion)``
         gets token ids as tuples of ints and returns a finite float. If it raises, the step is
         abandoned with the model unchanged and fp4rl.CallbackError is raised, with the reward
-        function's exception as __cause__."""
+        function's exception as __cause__.
+
+        ``batched=True``: ``reward_fn(prompts, completions)`` is called once with every completion
+        of the step (lists of tuples of ids; completion i belongs to prompts[i]) and returns one
+        float per completion, as TRL's reward functions do. If it raises, its exception propagates
+        and the model is unchanged (the rollout is discarded by the next step)."""
         tokens, offs = _csr(prompts, offsets)
-        capi.fp4rl_rl_session_step(self._h, tokens, offs, reward_fn)
-        return self.metrics
+        if not batched:
+            capi.fp4rl_rl_session_step(self._h, tokens, offs, reward_fn)
+            return self.metrics
+        capi.fp4rl_rl_session_rollout(self._h, tokens, offs)
+        comps = self.completions()
+        prompt_of = [tuple(int(t) for t in tokens[offs[c.prompt_index]:offs[c.prompt_index + 1]]) for c in comps]
+        rewards = list(reward_fn(prompt_of, [tuple(int(t) for t in c.tokens) for c in comps]))
+        if len(rewards) != len(comps):
+            raise ValueError(f"the batched reward function returned {len(rewards)} rewards for {len(comps)} completions")
+        self.set_rewards(np.asarray(rewards, dtype=np.float64))
+        return self.train()
 
     # ---- the split form ----
     def rollout(self, prompts, *, offsets=None) -> list[Completion]:
