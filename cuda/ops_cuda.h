@@ -127,6 +127,8 @@ FP4RL_CUDA_OP(swiglu_forward, float *out, const float *gate, const float *up, in
 FP4RL_CUDA_OP(swiglu_backward, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n);
 FP4RL_CUDA_OP(residual_forward, float *out, const float *a, const float *b, int64_t n);
 FP4RL_CUDA_OP(residual_backward, float *da, float *db, const float *dout, int64_t n);
+FP4RL_CUDA_OP(copy, float *dst, const float *src, int64_t n);
+FP4RL_CUDA_OP(sub, float *out, const float *a, const float *b, int64_t n);
 FP4RL_CUDA_OP(logprobs_forward, float *logp, float *entropy, float *lse, const float *logits, const int32_t *targets,
               int64_t N, int64_t V);
 FP4RL_CUDA_OP(logprobs_backward, float *dlogits, const float *dlogp, const float *dentropy, const float *logits,

@@ -13,6 +13,11 @@ using namespace fp4rl_cuda_ops_detail;
 
 namespace {
 
+__global__ void sub_k(float *out, const float *a, const float *b, int64_t n)
+{
+    GRID_STRIDE(i, n) out[i] = a[i] - b[i];
+}
+
 __global__ void residual_fwd_k(float *out, const float *a, const float *b, int64_t n)
 {
     GRID_STRIDE(i, n) out[i] = a[i] + b[i];
@@ -137,6 +142,18 @@ __global__ void underflow_k(float *counts, const float *x, const float *xq, int6
 fp4rl_status fp4rl_cuda_residual_forward(fp4rl_context *ctx, float *out, const float *a, const float *b, int64_t n)
 {
     LAUNCH("residual_forward", residual_fwd_k, n, out, a, b, n);
+}
+fp4rl_status fp4rl_cuda_sub(fp4rl_context *ctx, float *out, const float *a, const float *b, int64_t n)
+{
+    LAUNCH("sub", sub_k, n, out, a, b, n);
+}
+fp4rl_status fp4rl_cuda_copy(fp4rl_context *ctx, float *dst, const float *src, int64_t n)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    if (dst != src) cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, s);
+    return fp4rl_cuda_check_launch(ctx, "copy");
 }
 fp4rl_status fp4rl_cuda_residual_backward(fp4rl_context *ctx, float *da, float *db, const float *dout, int64_t n)
 {

@@ -118,6 +118,13 @@ START_TEST(test_elementwise)
     OKG(G->residual_backward(gpu, dga, dgb, dout, n));
     cmp("residual_backward da", dga, ga, n, 0);
     cmp("residual_backward db", dgb, gb, n, 0);
+    /* copy and sub (bit for bit) */
+    C->copy(cpu, h, a, n);
+    OKG(G->copy(gpu, tmp, da, n));
+    cmp("copy", tmp, h, n, 0);
+    C->sub(cpu, h, a, b, n);
+    OKG(G->sub(gpu, tmp, da, db, n));
+    cmp("sub", tmp, h, n, 0);
     /* swiglu */
     C->swiglu_forward(cpu, h, a, b, n);
     OKG(G->swiglu_forward(gpu, tmp, da, db, n));

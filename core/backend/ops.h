@@ -107,6 +107,9 @@ typedef struct fp4rl_ops {
     /* ---- residual: out = a + b; backward da += dout, db += dout ----------------------------- */
     fp4rl_status (*residual_forward)(fp4rl_context *ctx, float *out, const float *a, const float *b, int64_t n);
     fp4rl_status (*residual_backward)(fp4rl_context *ctx, float *da, float *db, const float *dout, int64_t n);
+    /* ---- plain elementwise: dst = src (a copy, bit for bit); out = a - b (one IEEE rounding) ---- */
+    fp4rl_status (*copy)(fp4rl_context *ctx, float *dst, const float *src, int64_t n);
+    fp4rl_status (*sub)(fp4rl_context *ctx, float *out, const float *a, const float *b, int64_t n);
 
     /* ---- token log-probs: logits [N, V], targets [N] -------------------------------------
      * lse[n] = logsumexp(logits[n, :]) (saved);

@@ -41,6 +41,8 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_swiglu_backward(fp4rl_context *ctx, float *d
                                                     const float *gate, const float *up, int64_t n);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_residual_forward(fp4rl_context *ctx, float *out, const float *a, const float *b,
                                                      int64_t n);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_copy(fp4rl_context *ctx, float *dst, const float *src, int64_t n);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_sub(fp4rl_context *ctx, float *out, const float *a, const float *b, int64_t n);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_residual_backward(fp4rl_context *ctx, float *da, float *db, const float *dout,
                                                       int64_t n);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_logprobs_forward(fp4rl_context *ctx, float *logp, float *entropy, float *lse,

@@ -143,13 +143,8 @@ fp4rl_status fp4rl_linear_operand(fp4rl_model *m, fp4rl_arena *a, float *dst, fl
                                   const fp4rl_linear_spec *s, fp4rl_role role, int along_rows)
 {
     fp4rl_context *ctx = m->ctx;
-    const size_t bytes = (size_t)(rows * cols) * sizeof(float);
     switch (s->mode[role]) {
-    case FP4RL_NUM_FP32: { /* a device copy through the residual op: dst = 0 + src (and a scratch) */
-        float *scratch = fp4rl_arena_zeros(a, rows * cols);
-        fp4rl_status st = a->st ? a->st : ctx->be->memset0(ctx, dst, bytes);
-        return st ? st : m->ops->residual_backward(ctx, dst, scratch, src, rows * cols);
-    }
+    case FP4RL_NUM_FP32: return m->ops->copy(ctx, dst, src, rows * cols);
     case FP4RL_NUM_BF16: return m->ops->round_bf16(ctx, dst, src, rows * cols);
     case FP4RL_NUM_FP4: break;
     }

@@ -31,12 +31,10 @@ fp4rl_status fp4rl_rollout_linear(fp4rl_model *m, fp4rl_arena *a, const fp4rl_li
     if (st || !resq || s->mode[X] != FP4RL_NUM_FP4) return st;
     /* ResQ: R = X - Xq over the whole activation, re-quantized with fresh scales, masked, and
      * multiplied by the same quantized weights */
-    float *r = fp4rl_arena_f32(a, N * IN), *neg = fp4rl_arena_zeros(a, N * IN), *rq = fp4rl_arena_f32(a, N * IN);
+    float *r = fp4rl_arena_f32(a, N * IN), *rq = fp4rl_arena_f32(a, N * IN);
     float *y2 = fp4rl_arena_f32(a, N * OUT);
     if (a->st) return a->st;
-    if (!st) st = ops->residual_backward(ctx, neg, r, xq, N * IN); /* r := xq (r is scratch here) */
-    if (!st) st = ops->scale(ctx, neg, N * IN, -1.0f);             /* neg = -xq */
-    if (!st) st = ops->residual_forward(ctx, r, x, neg, N * IN);    /* r = x - xq */
+    if (!st) st = ops->sub(ctx, r, x, xq, N * IN); /* r = x - xq */
     if (!st) st = fp4rl_linear_operand(m, a, rq, r, N, IN, s, X, 0);
     if (!st) st = ops->resq_mask(ctx, rq, N, IN, resq);
     if (!st) st = ops->linear_forward(ctx, y2, rq, wq, NULL, N, IN, OUT);

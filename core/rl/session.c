@@ -549,8 +549,7 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
         const size_t bytes = (size_t)m->total * sizeof(float);
         if (!s->ref_w) {
             st = ctx->be->alloc(ctx, (void **)&s->ref_w, bytes);
-            if (!st) st = ctx->be->memset0(ctx, s->ref_w, bytes);
-            if (!st) st = ctx->ops->residual_backward(ctx, s->ref_w, m->g, m->w, m->total); /* ref = w (g: scratch) */
+            if (!st) st = ctx->ops->copy(ctx, s->ref_w, m->w, m->total); /* ref = w */
         }
         float *live = m->w;
         m->w = s->ref_w; /* a forward with the reference weights */
