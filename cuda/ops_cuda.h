@@ -148,8 +148,6 @@ FP4RL_CUDA_OP(kv_write, float *cache, const float *src, int64_t B, int64_t Tmax,
 FP4RL_CUDA_OP(attention_decode, float *out, const float *q, const float *kc, const float *vc, int64_t B, int64_t Tmax,
               int64_t len, int64_t Hq, int64_t Hkv, int64_t D);
 FP4RL_CUDA_OP(resq_mask, float *r, int64_t N, int64_t K, int pattern);
-FP4RL_CUDA_OP(sample, int32_t *tokens, float *logp, const float *logits, int64_t B, int64_t V, float temperature,
-              int64_t top_k, uint64_t seed, uint64_t offset);
 FP4RL_CUDA_OP(sample_rows, int32_t *tokens, float *logp, const float *logits, int64_t B, int64_t V, float temperature,
               int64_t top_k, uint64_t seed, uint64_t offset, uint64_t row0);
 FP4RL_CUDA_OP(underflow_count, float *counts, const float *x, const float *xq, int64_t n);

@@ -226,12 +226,6 @@ fp4rl_status fp4rl_cuda_resq_mask(fp4rl_context *ctx, float *r, int64_t N, int64
     return st;
 }
 
-fp4rl_status fp4rl_cuda_sample(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B, int64_t V,
-                               float temperature, int64_t top_k, uint64_t seed, uint64_t offset)
-{
-    return fp4rl_cuda_sample_rows(ctx, tokens, logp, logits, B, V, temperature, top_k, seed, offset, 0);
-}
-
 fp4rl_status fp4rl_cuda_sample_rows(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B,
                                     int64_t V, float temperature, int64_t top_k, uint64_t seed, uint64_t offset, uint64_t row0)
 {

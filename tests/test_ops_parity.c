@@ -385,8 +385,8 @@ START_TEST(test_rollout_ops)
         for (uint64_t off = 0; off < 4; off++) {
             int32_t tc[6] = {0}, *tg, *dtok = upi(tc, B);
             float lc[6] = {0}, *dlp = upf(lc, B);
-            OKG(C->sample(cpu, tc, lc, l, B, V, 0.7f, ks[i], 1234, off));
-            OKG(G->sample(gpu, dtok, dlp, dl, B, V, 0.7f, ks[i], 1234, off));
+            OKG(C->sample_rows(cpu, tc, lc, l, B, V, 0.7f, ks[i], 1234, off, 0));
+            OKG(G->sample_rows(gpu, dtok, dlp, dl, B, V, 0.7f, ks[i], 1234, off, 0));
             tg = down(dtok, sizeof tc);
             for (int b = 0; b < B; b++) ck_assert_msg(tg[b] == tc[b], "sample top_k %lld row %d: gpu %d cpu %d", (long long)ks[i], b, tg[b], tc[b]);
             cmp("sample logp", dlp, lc, B, 1e-5);

@@ -172,21 +172,18 @@ typedef struct fp4rl_ops {
      * _CHANNEL_50 keeps the ceil(K/2) columns of largest L2 norm over the N rows (ties: lower index);
      * _BLOCK_50 tiles r into 32-row x 64-column tiles and keeps the ceil(tiles/2) of largest L2 norm. */
     fp4rl_status (*resq_mask)(fp4rl_context *ctx, float *r, int64_t N, int64_t K, int pattern);
-    /* Samples one token per row of logits [B, V] from softmax(logits / temperature), restricted to
-     * the top_k largest logits when 0 < top_k < V (ties at the k-th value are kept), by inverse CDF
-     * in vocabulary order with the uniform u = fp4rl_sr_uniform(seed, offset, b). Writes the token
-     * and its log-probability under the full softmax(logits / temperature) (not renormalised to the
-     * top k): the probability the trainer's numerics are compared against. temperature > 0. */
-    fp4rl_status (*sample)(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B, int64_t V,
-                           float temperature, int64_t top_k, uint64_t seed, uint64_t offset);
     /* counts[0] += #{i : x[i] != 0}, counts[1] += #{i : x[i] != 0 and xq[i] == 0} (FP32 sums of
      * counts, exact below 2^24 per call). */
     fp4rl_status (*underflow_count)(fp4rl_context *ctx, float *counts, const float *x, const float *xq, int64_t n);
     /* x *= alpha (the sampling temperature on logits, and its chain rule). */
     fp4rl_status (*scale)(fp4rl_context *ctx, float *x, int64_t n, float alpha);
-    /* `sample` with the rows numbered from row0: row b draws u = fp4rl_sr_uniform(seed, offset,
-     * row0 + b), so a data-parallel rank that samples rows [row0, row0 + B) of a global batch
-     * draws what one process sampling the whole batch draws. sample(...) = sample_rows(..., 0). */
+    /* Samples one token per row of logits [B, V] from softmax(logits / temperature), restricted to
+     * the top_k largest logits when 0 < top_k < V (ties at the k-th value are kept), by inverse CDF
+     * in vocabulary order with the uniform u = fp4rl_sr_uniform(seed, offset, row0 + b): the rows
+     * are numbered from row0, so a data-parallel rank sampling rows [row0, row0 + B) of a global
+     * batch draws what one process sampling the whole batch draws. Writes the token and its
+     * log-probability under the full softmax(logits / temperature) (not renormalised to the top
+     * k): the probability the trainer's numerics are compared against. temperature > 0. */
     fp4rl_status (*sample_rows)(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B,
                                 int64_t V, float temperature, int64_t top_k, uint64_t seed, uint64_t offset,
                                 uint64_t row0);

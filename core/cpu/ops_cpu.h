@@ -74,8 +74,6 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_attention_decode(fp4rl_context *ctx, float *
                                                      const float *vc, int64_t B, int64_t Tmax, int64_t len, int64_t Hq,
                                                      int64_t Hkv, int64_t D);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_resq_mask(fp4rl_context *ctx, float *r, int64_t N, int64_t K, int pattern);
-FP4RL_HIDDEN fp4rl_status fp4rl_cpu_sample(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B,
-                                           int64_t V, float temperature, int64_t top_k, uint64_t seed, uint64_t offset);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_sample_rows(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits,
                                                 int64_t B, int64_t V, float temperature, int64_t top_k, uint64_t seed,
                                                 uint64_t offset, uint64_t row0);

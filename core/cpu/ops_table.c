@@ -32,7 +32,6 @@ const fp4rl_ops fp4rl_cpu_ops = {
     .kv_write = fp4rl_cpu_kv_write,
     .attention_decode = fp4rl_cpu_attention_decode,
     .resq_mask = fp4rl_cpu_resq_mask,
-    .sample = fp4rl_cpu_sample,
     .underflow_count = fp4rl_cpu_underflow_count,
     .scale = fp4rl_cpu_scale,
     .sample_rows = fp4rl_cpu_sample_rows,
