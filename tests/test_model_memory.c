@@ -49,7 +49,8 @@ static void fill_tokens(int32_t *tok, int64_t n, int vocab)
 }
 
 /* A 28-layer model (1.5B's depth) under the HiF4 RL preset, whose 1D blocks need the most scratch
- * buffers: a forward and a supervised step run (the fixed arena failed from 18 layers on). */
+ * buffers: a forward and a supervised step run (the fixed arena failed from 18 layers on), and
+ * recomputation at that depth equals keeping the activations. */
 START_TEST(test_deep_model_runs)
 {
     fp4rl_quant_policy *p = preset_policy(FP4RL_PRESET_HIF4_RL, 0);
@@ -63,6 +64,18 @@ START_TEST(test_deep_model_runs)
     double loss = 0, gn = 0;
     ck_assert_msg(fp4rl_model_train_step(m, tok, NULL, NULL, 2, 16, &loss, &gn) == FP4RL_OK, "%s", fp4rl_last_error());
     ck_assert(isfinite(loss) && loss > 0 && gn > 0);
+    /* at this depth, recomputation gives the stored activations' gradients bit for bit */
+    float *g[2];
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(fp4rl_model_set_hparam(m, FP4RL_MP_RECOMPUTE, r), FP4RL_OK);
+        ctx->rng_offset = 7;
+        ck_assert_msg(fp4rl_model_compute_gradients(m, tok, NULL, NULL, 2, 16, &loss) == FP4RL_OK, "%s", fp4rl_last_error());
+        g[r] = malloc((size_t)m->total * sizeof(float));
+        memcpy(g[r], m->g, (size_t)m->total * sizeof(float));
+    }
+    ck_assert_mem_eq(g[0], g[1], (size_t)m->total * sizeof(float));
+    free(g[0]);
+    free(g[1]);
     fp4rl_model_destroy(m);
     fp4rl_quant_policy_destroy(p);
 }
