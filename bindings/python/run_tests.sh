@@ -18,6 +18,7 @@ need=()
 "$py" -c "import scikit_build_core" 2>/dev/null || need+=("scikit-build-core>=0.9")
 "$py" -c "import numpy" 2>/dev/null || need+=("numpy")
 "$py" -c "import pytest" 2>/dev/null || need+=("pytest")
+"$py" -c "import ml_dtypes" 2>/dev/null || need+=("ml_dtypes")  # BF16 arrays in the tests
 if ! command -v swig >/dev/null 2>&1 && ! command -v swig4.0 >/dev/null 2>&1; then
   need+=("swig>=4")  # PyPI's SWIG wheel, when the system has none
 fi

@@ -299,6 +299,27 @@ def new_session(ctx, model_seed=3, **kw):
     return fp4rl.RLSession(ctx, m, stop_tokens=[12], group_size=4, max_new_tokens=4, lr=1e-3, **kw)
 
 
+def test_state_dict_round_trip_and_bf16(ctx):
+    a = fp4rl.Model(ctx, TINY, seed=1)
+    b = fp4rl.Model(ctx, TINY, seed=2)
+    sd = a.state_dict()
+    assert list(sd) == a.param_names and all(np.array_equal(sd[n], a.get_param(n)) for n in sd)
+    bad = dict(sd)
+    bad["model.norm.weight"] = np.zeros(3, np.float32)  # wrong shape: nothing is written
+    before = b.state_dict()
+    with pytest.raises(fp4rl.ShapeError):
+        b.load_state_dict(bad)
+    with pytest.raises(fp4rl.InvalidArgumentError):
+        b.load_state_dict({"no.such.weight": np.zeros(1, np.float32)})
+    assert all(np.array_equal(before[n], v) for n, v in b.state_dict().items())
+    b.load_state_dict(sd)
+    assert all(np.array_equal(sd[n], v) for n, v in b.state_dict().items())
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    w = sd["model.norm.weight"] * 1.5
+    b.set_param("model.norm.weight", w.astype(ml_dtypes.bfloat16))  # BF16 in: widened exactly
+    assert np.array_equal(b.get_param("model.norm.weight"), w.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
 def test_grpo_config_defaults_and_trl_names(ctx):
     s = new_session(ctx)
     fresh = fp4rl.RLSession(ctx, s.model)

@@ -45,9 +45,18 @@ def as_array(x, dtype, what: str) -> np.ndarray:
     """``x`` as a C-contiguous array of ``dtype``; the same object (no copy) when it already is one.
 
     Integer inputs of a wider type are range-checked, since a silent wrap-around would turn a bad
-    token id into a valid one."""
+    token id into a valid one. Float inputs may be BF16 (ml_dtypes.bfloat16 arrays, widened exactly)
+    and torch tensors (any device, requires_grad or not, bfloat16 included: detached and copied to
+    the host)."""
+    if hasattr(x, "detach") and hasattr(x, "cpu") and hasattr(x, "numpy"):  # a torch.Tensor
+        x = x.detach()
+        if str(getattr(x, "dtype", "")) == "torch.bfloat16":
+            x = x.float()
+        x = x.cpu().numpy()
     a = np.asarray(x)
     want = np.dtype(dtype)
+    if a.dtype.name == "bfloat16" and want.kind == "f":  # ml_dtypes: every BF16 value is an exact FP32
+        a = a.astype(np.float32)
     if a.dtype != want:
         if want.kind in "iu":
             if a.dtype.kind not in "iub":

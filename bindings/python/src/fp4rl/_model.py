@@ -118,6 +118,28 @@ class Model(_Owned):
     def set_param(self, name: str, value) -> None:
         capi.fp4rl_model_set_param(self._h, name, as_array(value, np.float32, name))
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every master weight (FP32 copies) under its HF name, in checkpoint order."""
+        return {n: self.get_param(n) for n in self.param_names}
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        """Sets weights from {HF name: array} (float32, BF16 or torch tensors). Every name and shape
+        is checked before anything is written, so a bad dict changes nothing; strict=True (as in
+        torch) also requires exactly this model's names."""
+        names = self.param_names
+        unknown = [k for k in state if k not in names]
+        missing = [n for n in names if n not in state] if strict else []
+        if unknown or missing:
+            raise capi.InvalidArgumentError(f"load_state_dict: unknown names {unknown[:5]}, missing {missing[:5]}")
+        arrays = {}
+        for k, v in state.items():
+            a = as_array(v, np.float32, k)
+            if a.shape != self.param_shape(k):
+                raise capi.ShapeError(f"load_state_dict: {k} has shape {a.shape}, the model's is {self.param_shape(k)}")
+            arrays[k] = a
+        for k, a in arrays.items():
+            capi.fp4rl_model_set_param(self._h, k, a)
+
     # ---- hyper-parameters and sizes ----
     def set_hparams(self, **hparams) -> "Model":
         """AdamW and training knobs: lr, weight_decay, beta1, beta2, adam_eps, grad_clip, microbatch_tokens, recompute."""
