@@ -18,7 +18,6 @@ need=()
 "$py" -c "import scikit_build_core" 2>/dev/null || need+=("scikit-build-core>=0.9")
 "$py" -c "import numpy" 2>/dev/null || need+=("numpy")
 "$py" -c "import pytest" 2>/dev/null || need+=("pytest")
-"$py" -c "import ml_dtypes" 2>/dev/null || need+=("ml_dtypes")  # BF16 arrays in the tests
 if ! command -v swig >/dev/null 2>&1 && ! command -v swig4.0 >/dev/null 2>&1; then
   need+=("swig>=4")  # PyPI's SWIG wheel, when the system has none
 fi
@@ -26,6 +25,8 @@ if ((${#need[@]})); then
   echo "installing: ${need[*]}"
   "$py" -m pip install -q "${need[@]}"
 fi
+# optional: BF16 arrays in the tests (they skip without it)
+"$py" -c "import ml_dtypes" 2>/dev/null || "$py" -m pip install -q ml_dtypes || echo "ml_dtypes not installed: its tests skip"
 # a pip-installed swig lands in the interpreter's scripts directory
 export PATH="$PATH:$("$py" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
 
