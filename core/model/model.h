@@ -122,6 +122,9 @@ FP4RL_HIDDEN fp4rl_status fp4rl_linear_forward(fp4rl_model *m, fp4rl_arena *a, c
  * BF16 path or its weight draws random numbers (then a->st is unchanged), or on failure (a->st). */
 FP4RL_HIDDEN uint16_t *fp4rl_linear_weight_operand(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, float *w,
                                                   int64_t OUT, int64_t IN);
+/* 1 when the training forward draws random numbers (stochastic rounding of a block linear's
+ * weight or activation): then two forwards of the same weights differ. */
+FP4RL_HIDDEN int fp4rl_model_forward_draws(const fp4rl_model *m);
 /* 1 when the linear's backward reads its FP32 input x (else the saved operand is all it needs,
  * and x can be released after the forward). */
 FP4RL_HIDDEN int fp4rl_linear_reads_x(const fp4rl_model *m, const fp4rl_linear_spec *s);

@@ -94,12 +94,15 @@ static fp4rl_status head_backward(fp4rl_model *m, const fp4rl_linear_saved *sv, 
     return st;
 }
 
-/* Rows [r0, r0 + rows)'s share of the batch's loss targets: the weight of their chunk's mean
- * cross-entropy in the batch's. */
-static double chunk_share(const float *mask, int64_t r0, int64_t rows, double mask_total)
+/* Rows of head chunk k of R rows each over N rows (the last one may be shorter). */
+static int64_t chunk_rows(int64_t N, int64_t R, int64_t k) { return N - k * R < R ? N - k * R : R; }
+
+/* Head chunk k's share of the batch's loss targets: the weight of its mean cross-entropy in the
+ * batch's. */
+static double chunk_share(const float *mask, int64_t N, int64_t R, int64_t k, double mask_total)
 {
     double part = 0;
-    for (int64_t n = r0; n < r0 + rows; n++) part += mask[n];
+    for (int64_t n = k * R; n < k * R + chunk_rows(N, R, k); n++) part += mask[n];
     return mask_total > 0 ? part / mask_total : 0;
 }
 
@@ -203,7 +206,7 @@ static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32
             goto done;
         }
         for (int64_t k = 0; k < n_chunks; k++)
-            h_ce[n_chunks + k] = one ? 1.0f : (float)chunk_share(h_mask, k * R, N - k * R < R ? N - k * R : R, mask_total);
+            h_ce[n_chunks + k] = one ? 1.0f : (float)chunk_share(h_mask, N, R, k, mask_total);
         st = ctx->be->upload(ctx, d_ce + n_chunks, h_ce + n_chunks, (size_t)n_chunks * sizeof(float));
     }
     /* pass 1: logits, the log-probs and entropy; with the cross-entropy, also its backward */
@@ -211,7 +214,7 @@ static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32
     fp4rl_arena kept_mem = {.ctx = ctx};
     fp4rl_linear_saved kept_sv;
     for (int64_t k = 0; !st && k < n_chunks && (logits_out || want_lp || backward); k++) {
-        const int64_t r0 = k * R, rows = N - r0 < R ? N - r0 : R;
+        const int64_t r0 = k * R, rows = chunk_rows(N, R, k);
         fp4rl_arena ca = {.ctx = ctx};
         fp4rl_linear_saved sv;
         float *logits = fp4rl_arena_f32(&ca, rows * V);
@@ -242,7 +245,7 @@ static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32
     if (!st && ce) { /* each chunk's mean loss, weighted by its share of the batch's targets */
         st = ctx->be->download(ctx, h_ce, d_ce, (size_t)n_chunks * sizeof(float));
         for (int64_t k = 0; !st && k < n_chunks; k++)
-            lh += one ? (double)h_ce[k] : (double)h_ce[k] * chunk_share(h_mask, k * R, N - k * R < R ? N - k * R : R, mask_total);
+            lh += one ? (double)h_ce[k] : (double)h_ce[k] * chunk_share(h_mask, N, R, k, mask_total);
     }
     free(h_ce);
     if (st) {
@@ -275,7 +278,7 @@ static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32
         }
         if (!st) st = ctx->be->upload(ctx, dlogp, h_lp + 2 * N, (size_t)N * sizeof(float));
         for (int64_t k = 0; !st && k < n_chunks; k++) {
-            const int64_t r0 = k * R, rows = N - r0 < R ? N - r0 : R;
+            const int64_t r0 = k * R, rows = chunk_rows(N, R, k);
             fp4rl_arena ca = {.ctx = ctx};
             fp4rl_linear_saved sv = kept_sv;
             float *logits = kept;

@@ -238,6 +238,13 @@ uint16_t *fp4rl_linear_weight_operand(fp4rl_model *m, fp4rl_arena *a, const fp4r
     return bf16_operand(m, a, w, OUT, IN, s, FP4RL_ROLE_WEIGHT, 0);
 }
 
+int fp4rl_model_forward_draws(const fp4rl_model *m)
+{
+    const fp4rl_linear_spec qk = fp4rl_block_linear_spec(m, 1, 0), blk = fp4rl_block_linear_spec(m, 0, 0);
+    return stochastic(m, &qk, FP4RL_ROLE_WEIGHT) || stochastic(m, &qk, FP4RL_ROLE_ACTIVATION) ||
+           stochastic(m, &blk, FP4RL_ROLE_WEIGHT) || stochastic(m, &blk, FP4RL_ROLE_ACTIVATION);
+}
+
 int fp4rl_linear_reads_x(const fp4rl_model *m, const fp4rl_linear_spec *s)
 {
     /* the FP32 path keeps pointers into x (FP32 mode) or re-quantizes from it; the BF16 path

@@ -539,10 +539,7 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
      * of weights or activations: then the two forwards differ and pi_old keeps its own). */
     const int64_t share = dist ? (int64_t)(s->global_prompts / (size_t)ctx->world_size) * G : n;
     const int64_t mbs = (int64_t)s->hp[FP4RL_RL_MINIBATCHES] < share ? (int64_t)s->hp[FP4RL_RL_MINIBATCHES] : share;
-    const fp4rl_quant_policy *pol = m->policy;
-    const int old_from_pass = !s->separate_old_pass && s->hp[FP4RL_RL_EPOCHS] == 1 && mbs <= 1 &&
-                              fp4rl_policy_value(pol, FP4RL_QP_ROUNDING_WEIGHT) != FP4RL_ROUND_STOCHASTIC &&
-                              fp4rl_policy_value(pol, FP4RL_QP_ROUNDING_ACTIVATION) != FP4RL_ROUND_STOCHASTIC;
+    const int old_from_pass = !s->separate_old_pass && s->hp[FP4RL_RL_EPOCHS] == 1 && mbs <= 1 && !fp4rl_model_forward_draws(m);
     if (!st && !old_from_pass) st = fp4rl_model_run(m, tokens, lengths, NULL, n, T, NULL, logp_old, 0, NULL, NULL, temp, micro, fn);
     /* the KL reference: the weights at the first step with beta > 0, kept on the device */
     if (!st && logp_ref) {

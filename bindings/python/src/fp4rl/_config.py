@@ -62,20 +62,21 @@ class GRPOConfig:
         """A config from TRL-style keyword arguments (TRL names or ours). loss_type 'dr_grpo' also
         turns off the std scaling, as in TRL; scale_rewards=False likewise; lr_scheduler_type is
         'constant', 'linear' or 'cosine'."""
+        def choice(key: str, table: dict, v: Any) -> int:
+            if v not in table:
+                raise ValueError(f"{key} {v!r}: one of {sorted(table)}")
+            return table[v]
+
         out: dict[str, Any] = {}
         for k, v in kw.items():
             if k == "loss_type":
-                if v not in cls.LOSS_TYPES:
-                    raise ValueError(f"loss_type {v!r}: one of {sorted(cls.LOSS_TYPES)}")
-                out["loss_agg"] = cls.LOSS_TYPES[v]
+                out["loss_agg"] = choice(k, cls.LOSS_TYPES, v)
                 if v == "dr_grpo":
                     out["adv_norm"] = 0
             elif k == "scale_rewards":
                 out["adv_norm"] = 1 if v else 0
             elif k == "lr_scheduler_type":
-                if v not in cls.LR_SCHEDULES:
-                    raise ValueError(f"lr_scheduler_type {v!r}: one of {sorted(cls.LR_SCHEDULES)}")
-                out["lr_schedule"] = cls.LR_SCHEDULES[v]
+                out["lr_schedule"] = choice(k, cls.LR_SCHEDULES, v)
             else:
                 name = cls.TRL_ALIASES.get(k, k)
                 if name not in cls.names():
