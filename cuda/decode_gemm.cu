@@ -101,7 +101,7 @@ __device__ __forceinline__ Lut make_lut()
     Lut t = {{0, 0}, {0, 0}};
 #pragma unroll
     for (int m = 0; m < 8; m++) {
-        const float v = F == HIF4 ? (float)m / 4.0f : fp4rl_e2m1_decode((uint8_t)m);
+        const float v = F == HIF4 ? fp4rl_hif4_elem((uint8_t)m) : fp4rl_e2m1_decode((uint8_t)m);
         const uint32_t h = fp4rl_f32_to_bf16(v);
         t.hi[m / 4] |= (h >> 8) << (8 * (m % 4));
         t.lo[m / 4] |= (h & 0xffu) << (8 * (m % 4));
@@ -130,18 +130,17 @@ template <int F>
 __device__ __forceinline__ void row_scales(const DG &p, int64_t sidx, int k0, uint32_t w, uint32_t s[8])
 {
     if constexpr (F == HIF4) {
-        if ((w & 0xFFu) == FP4RL_HIF4_NAN_WORD) {
+        if (fp4rl_hif4_word_base_bits(w) == FP4RL_HIF4_NAN_WORD) {
 #pragma unroll
             for (int j = 0; j < 8; j++) s[j] = 0x7fc07fc0u;
             return;
         }
         /* base * 2^inc, exact in BF16: the base is a normal number and inc adds to its exponent */
         const uint32_t base = fp4rl_f32_to_bf16(fp4rl_hif4_word_base(w));
-        const int p0 = k0 & 63; /* 0 or 32: which half of the 64-element unit */
-        const uint32_t e8 = w >> (8 + p0 / 8), e16 = w >> (16 + p0 / 4);
+        const int p0 = fp4rl_hif4_unit_pos(k0); /* 0 or 32: which half of the 64-element unit */
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const uint32_t b = base + ((((e8 >> (j / 2)) & 1u) + ((e16 >> j) & 1u)) << 7);
+        for (int j = 0; j < 8; j++) { /* micro-block j of the 32: elements p0 + 4j .. p0 + 4j + 3 */
+            const uint32_t b = base + ((uint32_t)fp4rl_hif4_word_inc(w, p0 + 4 * j) << 7);
             s[j] = b | b << 16;
         }
     } else {
@@ -391,8 +390,7 @@ cudaError_t launch_fmt(const DG &p, int fmt, unsigned blocks, cudaStream_t s)
 
 int fp4rl_cuda_decode_gemm_fits(const fp4rl_tensor *a, const fp4rl_tensor *w)
 {
-    const fp4rl_dtype f = w->dtype;
-    if (f != FP4RL_DTYPE_MXFP4 && f != FP4RL_DTYPE_NVFP4 && f != FP4RL_DTYPE_HIF4) return 0;
+    if (fp4rl_format_of(w->dtype).code_bits != 4) return 0; /* the 4-bit formats' lookup tables */
     if (a->dtype != FP4RL_DTYPE_F32 && a->dtype != FP4RL_DTYPE_BF16) return 0;
     if (a->ndim != 2 || w->ndim != 2) return 0;
     /* K % 32 == 0: every 32nd k starts a 16-byte aligned piece of a code row, and the scale bytes
@@ -460,7 +458,7 @@ fp4rl_status fp4rl_cuda_decode_gemm_split(fp4rl_context *ctx, fp4rl_tensor *c, c
         p.ws = static_cast<float *>(ws);
     }
     const unsigned blocks = (unsigned)(rblocks * p.slices);
-    const int fmt = fmt_of(w->dtype);
+    const int fmt = (int)w->dtype;
     cudaError_t err = a->dtype == FP4RL_DTYPE_BF16 ? launch_fmt<uint16_t>(p, fmt, blocks, cu->stream)
                                                    : launch_fmt<float>(p, fmt, blocks, cu->stream);
     st = err != cudaSuccess ? fp4rl_cuda_fail(ctx, err, "fp4rl_matmul: decode GEMM shared memory")

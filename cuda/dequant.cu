@@ -23,21 +23,13 @@ struct DArgs {
 };
 
 template <int F>
-__device__ __forceinline__ uint8_t code_at(const DArgs &a, int64_t r, int64_t c)
-{
-    if (F == MX8) return a.codes[r * a.row_bytes + c];
-    uint8_t b = a.codes[r * a.row_bytes + c / 2];
-    return (c & 1) ? (uint8_t)(b >> 4) : (uint8_t)(b & 0x0f);
-}
-
-template <int F>
 __device__ __forceinline__ float value_at(const DArgs &a, int64_t r, int64_t c)
 {
-    const uint8_t code = code_at<F>(a, r, c);
+    const uint8_t code = fp4rl_code_get(a.codes, a.row_bytes, traits(F).code_bits, r, c);
     if (F == HIF4)
-        return fp4rl_hif4_decode(code, static_cast<const uint32_t *>(a.scales)[r * a.scale_cols + c / 64], (int)(c % 64));
-    const int64_t si = a.tile ? (r / a.tile) * a.scale_cols + c / a.tile : r * a.scale_cols + c / a.block;
-    const uint8_t s = static_cast<const uint8_t *>(a.scales)[si];
+        return fp4rl_hif4_decode(code, static_cast<const uint32_t *>(a.scales)[fp4rl_hif4_word_index(a.scale_cols, r, c)],
+                                 fp4rl_hif4_unit_pos(c));
+    const uint8_t s = static_cast<const uint8_t *>(a.scales)[fp4rl_scale_index(a.tile, a.block, a.scale_cols, r, c)];
     if (F == NV) return a.unscaled ? fp4rl_nvfp4_decode_unscaled(code, s) : fp4rl_nvfp4_decode(code, s, a.g);
     return fp4rl_mx_decode(code, s, F == MX8);
 }
@@ -94,12 +86,7 @@ __global__ void __launch_bounds__(THREADS) dequant_kernel(DArgs a)
 template <typename O>
 void launch(const DArgs &a, int fmt, unsigned blocks, cudaStream_t st)
 {
-    switch (fmt) {
-    case MX4: dequant_kernel<MX4, O><<<blocks, THREADS, 0, st>>>(a); break;
-    case MX8: dequant_kernel<MX8, O><<<blocks, THREADS, 0, st>>>(a); break;
-    case NV: dequant_kernel<NV, O><<<blocks, THREADS, 0, st>>>(a); break;
-    default: dequant_kernel<HIF4, O><<<blocks, THREADS, 0, st>>>(a); break;
-    }
+    with_format(fmt, [&](auto F) { dequant_kernel<decltype(F)::value, O><<<blocks, THREADS, 0, st>>>(a); });
 }
 
 } // namespace
@@ -138,8 +125,8 @@ fp4rl_status fp4rl_cuda_dequantize_to(fp4rl_context *ctx, void *out, fp4rl_dtype
     }
     if (inexact) *inexact = 0;
     if (threads > 0) {
-        if (out_dtype == FP4RL_DTYPE_F32) launch<float>(a, fmt_of(d->dtype), blocks, cu->stream);
-        else launch<uint16_t>(a, fmt_of(d->dtype), blocks, cu->stream);
+        if (out_dtype == FP4RL_DTYPE_F32) launch<float>(a, (int)d->dtype, blocks, cu->stream);
+        else launch<uint16_t>(a, (int)d->dtype, blocks, cu->stream);
         st = fp4rl_cuda_check_launch(ctx, "dequantize kernel");
         if (st) return st;
     }

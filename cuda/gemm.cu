@@ -17,6 +17,7 @@
 
 #include "cuda_internal.h"
 #include "format/formats.h"
+#include "format/traits.h"
 
 namespace {
 
@@ -206,9 +207,9 @@ fp4rl_status gemm_dense(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K, Ope
     return st;
 }
 
-/* Whether a quantized format dequantizes exactly to BF16 always (FP4 formats), or only when the
- * values avoid BF16's subnormal range (MXFP8, checked at dequantization). */
-int fp4_exact(fp4rl_dtype d) { return d == FP4RL_DTYPE_MXFP4 || d == FP4RL_DTYPE_NVFP4 || d == FP4RL_DTYPE_HIF4; }
+/* Whether a quantized format dequantizes (without NVFP4's g) exactly to BF16 always (the FP4
+ * formats), or only when the values avoid BF16's subnormal range (MXFP8, checked at dequantization). */
+int fp4_exact(fp4rl_dtype d) { return fp4rl_format_of(d).bf16_exact_unscaled; }
 
 /* A GEMM operand from a tensor: dense as is, quantized dequantized (without NVFP4's g, returned
  * in *g) to BF16 when `want_bf16` and exact, else to F32. *tmp is the buffer to free. */

@@ -6,8 +6,9 @@
  * (linear_forward_bf16 lives in ops_linear.cu, next to the FP32 layer.)
  */
 #include "format/formats.h"
-#include "ops_cuda.h"
+#include "format/layout.h"
 #include "format/qdq_block.h"
+#include "ops_cuda.h"
 
 using namespace fp4rl_cuda_ops_detail;
 
@@ -49,21 +50,20 @@ __device__ __forceinline__ void qdq_group(int fmt, const float x[8], float y[8],
     }
     if (fmt != FP4RL_QDQ_HIF4) {
         const int fp8 = fmt == FP4RL_QDQ_MXFP8;
-        const int e = fp4rl_mx_scale_exp(amax, fp8 ? 8 : 2, fp8 ? 448.0f : 6.0f, truncation_free);
+        const uint8_t s = fp4rl_mx_block_scale(amax, (fp4rl_dtype)fmt, truncation_free);
 #pragma unroll
-        for (int j = 0; j < 8; j++) y[j] = fp4rl_mx_decode(fp4rl_mx_encode(x[j], e, fp8, -1.0f), (uint8_t)(e + 127), fp8);
+        for (int j = 0; j < 8; j++) y[j] = fp4rl_mx_decode(fp4rl_mx_encode(x[j], fp4rl_e8m0_exp(s), fp8, -1.0f), s, fp8);
         return;
     }
     /* this group's bits of the unit's scale word: its e8 bit and its two e16 bits */
     const fp4rl_hif4_base b = fp4rl_hif4_make_base(amax);
     const uint32_t e8 = fp4rl_hif4_e8(mine, b.rec);
-    const uint32_t word = b.e6m2 | e8 << (8 + h) | fp4rl_hif4_e16(a0, e8, b.rec) << (16 + 2 * h) |
-                          fp4rl_hif4_e16(a1, e8, b.rec) << (17 + 2 * h);
+    const uint32_t word = b.e6m2 | fp4rl_hif4_e8_at(e8, h) | fp4rl_hif4_e16_at(fp4rl_hif4_e16(a0, e8, b.rec), 2 * h) |
+                          fp4rl_hif4_e16_at(fp4rl_hif4_e16(a1, e8, b.rec), 2 * h + 1);
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const int jj = 8 * h + j;
-        const int inc = (int)((word >> (8 + jj / 8)) & 1u) + (int)((word >> (16 + jj / 4)) & 1u);
-        y[j] = fp4rl_hif4_decode(fp4rl_hif4_encode(x[j], inc, b.rec, -1.0f), word, jj);
+        y[j] = fp4rl_hif4_decode(fp4rl_hif4_encode(x[j], fp4rl_hif4_word_inc(word, jj), b.rec, -1.0f), word, jj);
     }
 }
 

@@ -10,16 +10,31 @@
 #ifndef FP4RL_QUANT_COMMON_CUH
 #define FP4RL_QUANT_COMMON_CUH
 
+#include <type_traits>
+
 #include "cuda_internal.h"
 #include "format/formats.h"
+#include "format/layout.h"
+#include "format/traits.h"
 
 namespace fp4rl_cuda_q {
 
-enum Fmt { MX4 = 0, MX8 = 1, NV = 2, HIF4 = 3 };
+/* The kernels' format template ids: the fp4rl_dtype of each format, so fp4rl_format_of(F) gives
+ * its traits at compile time. */
+enum Fmt { MX4 = FP4RL_DTYPE_MXFP4, MX8 = FP4RL_DTYPE_MXFP8_E4M3, NV = FP4RL_DTYPE_NVFP4, HIF4 = FP4RL_DTYPE_HIF4 };
+FP4RL_HD_CONST fp4rl_format_traits traits(int F) { return fp4rl_format_of((fp4rl_dtype)F); }
 
-static inline int fmt_of(fp4rl_dtype d)
+/* Calls fn(std::integral_constant<int, F>()) with the template id F of quantized format fmt: the
+ * one place where a format known at run time becomes a kernel's template argument. */
+template <typename Fn>
+inline void with_format(int fmt, Fn &&fn)
 {
-    return d == FP4RL_DTYPE_MXFP4 ? MX4 : d == FP4RL_DTYPE_MXFP8_E4M3 ? MX8 : d == FP4RL_DTYPE_NVFP4 ? NV : HIF4;
+    switch (fmt) {
+    case MX4: fn(std::integral_constant<int, MX4>()); break;
+    case MX8: fn(std::integral_constant<int, MX8>()); break;
+    case NV: fn(std::integral_constant<int, NV>()); break;
+    default: fn(std::integral_constant<int, HIF4>()); break;
+    }
 }
 
 /* Everything a quantize kernel needs, passed by value. */
@@ -109,7 +124,7 @@ __device__ __forceinline__ uint8_t block_scale(float amax, bool finite, float g,
 {
     if (F == NV) return finite ? fp4rl_nvfp4_block_scale(amax, g) : (uint8_t)FP4RL_UE4M3_NAN;
     if (!finite) return (uint8_t)FP4RL_E8M0_NAN;
-    return (uint8_t)(fp4rl_mx_scale_exp(amax, F == MX8 ? 8 : 2, F == MX8 ? 448.0f : 6.0f, truncation_free) + 127);
+    return fp4rl_mx_block_scale(amax, (fp4rl_dtype)F, truncation_free);
 }
 
 /* The code of one element of an MX / NVFP4 block with stored scale s. */
@@ -117,7 +132,7 @@ template <int F>
 __device__ __forceinline__ uint8_t encode_elem(float x, uint8_t s, float g, float u)
 {
     if (F == NV) return (s == FP4RL_UE4M3_NAN || s == 0) ? (uint8_t)0 : fp4rl_nvfp4_encode(x, s, g, u);
-    return s == FP4RL_E8M0_NAN ? (uint8_t)0 : fp4rl_mx_encode(x, (int)s - 127, F == MX8, u);
+    return s == FP4RL_E8M0_NAN ? (uint8_t)0 : fp4rl_mx_encode(x, fp4rl_e8m0_exp(s), F == MX8, u);
 }
 
 /* Stores the 8 codes of a group at row r, column c0 (codes of columns >= C must be 0). */

@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(THREADS) amax_kernel(const S *src, int64_t n, 
 
 /* ---- 1D blocks: MX (32), NVFP4 (16), HiF4 units (64) along rows ---------------------------- */
 template <int F>
-struct Lanes { static constexpr int value = F == NV ? 2 : F == HIF4 ? 8 : 4; }; /* groups per block */
+struct Lanes { static constexpr int value = traits(F).block / 8; }; /* groups per block */
 
 template <int F, typename S>
 __global__ void __launch_bounds__(THREADS) quant1d_kernel(QArgs a)
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(THREADS) quant1d_kernel(QArgs a)
             e8 = fp4rl_hif4_e8(m8, b.rec);
             e16[0] = fp4rl_hif4_e16(m4[0], e8, b.rec);
             e16[1] = fp4rl_hif4_e16(m4[1], e8, b.rec);
-            bits = e8 << (8 + h) | e16[0] << (16 + 2 * h) | e16[1] << (17 + 2 * h);
+            bits = fp4rl_hif4_e8_at(e8, h) | fp4rl_hif4_e16_at(e16[0], 2 * h) | fp4rl_hif4_e16_at(e16[1], 2 * h + 1);
         }
 #pragma unroll
         for (int o = 1; o < 8; o <<= 1) bits |= __shfl_xor_sync(FULL, bits, o);
@@ -93,13 +93,13 @@ __global__ void __launch_bounds__(THREADS) quant1d_kernel(QArgs a)
 #pragma unroll
         for (int j = 0; j < 8; j++)
             code[j] = (finite && c0 + j < a.C) ? fp4rl_hif4_encode(x[j], (int)(e8 + e16[j / 4]), b.rec, u[j]) : (uint8_t)0;
-        if (h == 0 && r < a.R) static_cast<uint32_t *>(a.scales)[r * a.scale_cols + g / 8] = word;
+        if (h == 0 && r < a.R) static_cast<uint32_t *>(a.scales)[fp4rl_hif4_word_index(a.scale_cols, r, c0)] = word;
     } else {
         const float gs = F == NV ? fp4rl_nvfp4_tensor_scale(__uint_as_float(*a.amax_bits)) : 1.0f;
         const uint8_t s = block_scale<F>(amax, finite != 0, gs, a.truncation_free);
 #pragma unroll
         for (int j = 0; j < 8; j++) code[j] = c0 + j < a.C ? encode_elem<F>(x[j], s, gs, u[j]) : (uint8_t)0;
-        if (g % L == 0 && r < a.R) static_cast<uint8_t *>(a.scales)[r * a.scale_cols + g / L] = s;
+        if (g % L == 0 && r < a.R) static_cast<uint8_t *>(a.scales)[fp4rl_scale_index(0, traits(F).block, a.scale_cols, r, c0)] = s;
     }
     store8<F>(a, r, c0, code);
 }
@@ -180,6 +180,8 @@ __global__ void __launch_bounds__(THREADS) quant2d_kernel(QArgs a, int64_t chunk
         store8<F>(a, r, c0, code);
     }
 }
+
+static_assert(FP4RL_HIF4_UNIT == 64 && traits(HIF4).block == 64, "the HiF4 kernels map threads to 64-element units");
 
 /* HiF4 64 x 64 tiles. Warp w holds rows 4w .. 4w+3 (first groups) and 32+4w .. (second), all 8
  * group columns; so a warp's rows are exactly one 4-row band of micro-blocks (4 x 4), and an 8 x 8
@@ -264,8 +266,8 @@ __global__ void __launch_bounds__(THREADS) quant_hif4_2d_kernel(QArgs a, int64_t
             uint32_t word = FP4RL_HIF4_NAN_WORD;
             if (finite) {
                 word = b.e6m2;
-                for (int h = 0; h < 8; h++) word |= (uint32_t)s_e8[i / 8][h] << (8 + h);
-                for (int gg = 0; gg < 16; gg++) word |= (uint32_t)s_e16[i / 4][gg] << (16 + gg);
+                for (int h = 0; h < 8; h++) word |= fp4rl_hif4_e8_at(s_e8[i / 8][h], h);
+                for (int gg = 0; gg < 16; gg++) word |= fp4rl_hif4_e16_at(s_e16[i / 4][gg], gg);
             }
             static_cast<uint32_t *>(a.scales)[r * a.scale_cols + u] = word;
         }
@@ -279,12 +281,7 @@ void launch_quant(const QArgs &a, int fmt, int tile, cudaStream_t st)
     if (tile == 0) {
         const int64_t threads = a.R * a.groups_per_row;
         unsigned blocks = fp4rl_cuda_blocks(threads, THREADS);
-        switch (fmt) {
-        case MX4: quant1d_kernel<MX4, S><<<blocks, THREADS, 0, st>>>(a); break;
-        case MX8: quant1d_kernel<MX8, S><<<blocks, THREADS, 0, st>>>(a); break;
-        case NV: quant1d_kernel<NV, S><<<blocks, THREADS, 0, st>>>(a); break;
-        default: quant1d_kernel<HIF4, S><<<blocks, THREADS, 0, st>>>(a); break;
-        }
+        with_format(fmt, [&](auto F) { quant1d_kernel<decltype(F)::value, S><<<blocks, THREADS, 0, st>>>(a); });
         return;
     }
     const int64_t W = 4096 / tile, chunks = (a.C + W - 1) / W, bands = (a.R + tile - 1) / tile;
@@ -315,7 +312,7 @@ fp4rl_status fp4rl_cuda_quantize(fp4rl_context *ctx, fp4rl_tensor *q, const fp4r
     fp4rl_status st = fp4rl_cuda_enter(ctx);
     if (st) return st;
     const fp4rl_qdesc *d = &q->q;
-    const int fmt = fmt_of(d->dtype);
+    const int fmt = (int)d->dtype;
     QArgs a;
     a.src = src->data;
     a.codes = static_cast<uint8_t *>(q->data);
@@ -331,7 +328,7 @@ fp4rl_status fp4rl_cuda_quantize(fp4rl_context *ctx, fp4rl_tensor *q, const fp4r
     a.seed = p->seed;
     a.offset = p->offset;
     a.amax_bits = cu->scratch_dev;
-    a.groups_per_row = d->scale_cols * (fmt == NV ? 2 : fmt == HIF4 ? 8 : 4);
+    a.groups_per_row = d->scale_cols * (fp4rl_format_of(d->dtype).block / 8);
     a.inv_groups_per_row = 1.0 / (double)a.groups_per_row;
     const int bf16 = src->dtype == FP4RL_DTYPE_BF16;
     /* 2D grids are one CTA per (row band, column chunk): keep the count within a grid's x range */

@@ -75,29 +75,14 @@ __global__ void transpose_scales_kernel(const uint8_t *in, uint8_t *out, int64_t
     out[k * rows + i] = in[t];
 }
 
-/* HiF4 64 x 64 tiles: the word of output row c (input column c), unit v (input rows 64v ..).
- * All rows of a tile share the base; the e8 bit of 8 x 8 sub-block (h, j / 8) sits in every
- * input row 8h .. 8h+7 of the tile at bit 8 + j / 8, and becomes bit 8 + h of the output word;
- * likewise e16 of micro-block (g, j / 4) at bit 16 + j / 4 becomes bit 16 + g. */
+/* HiF4 64 x 64 tiles: the word of output row c (input column c), unit v (input rows 64v ..),
+ * rebuilt from the input's row words as on the CPU (format/layout.h). */
 __global__ void transpose_hif4_words_kernel(const uint32_t *in, uint32_t *out, int64_t R, int64_t U, int64_t orows, int64_t ocols)
 {
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= orows * ocols) return;
-    const int64_t c = t / ocols, v = t - c * ocols, u = c / 64;
-    const int j = (int)(c % 64);
-    const uint32_t first = in[(v * 64) * U + u];
-    uint32_t w = first & 0xFFu;
-    if (w != FP4RL_HIF4_NAN_WORD) {
-        for (int h = 0; h < 8; h++) {
-            const int64_t r = v * 64 + 8 * h;
-            if (r < R) w |= ((in[r * U + u] >> (8 + j / 8)) & 1u) << (8 + h);
-        }
-        for (int g = 0; g < 16; g++) {
-            const int64_t r = v * 64 + 4 * g;
-            if (r < R) w |= ((in[r * U + u] >> (16 + j / 4)) & 1u) << (16 + g);
-        }
-    }
-    out[t] = w;
+    const int64_t c = t / ocols, v = t - c * ocols;
+    out[t] = fp4rl_hif4_transposed_word(in, R, U, c, v);
 }
 
 } // namespace
@@ -123,13 +108,13 @@ fp4rl_status fp4rl_cuda_transpose(fp4rl_context *ctx, fp4rl_tensor *out, const f
     if (blocks > 0x7fffffffLL) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "fp4rl_tensor_transpose: the tensor is too large for one CUDA launch");
     const uint8_t *ic = static_cast<const uint8_t *>(t->data);
     uint8_t *oc = static_cast<uint8_t *>(out->data);
-    if (d->dtype == FP4RL_DTYPE_MXFP8_E4M3)
+    if (fp4rl_format_of(d->dtype).code_bits == 8)
         transpose_codes_kernel<false><<<(unsigned)blocks, 256, 0, s>>>(ic, oc, d->rows, d->cols, d->row_bytes, od->row_bytes, tc);
     else
         transpose_codes_kernel<true><<<(unsigned)blocks, 256, 0, s>>>(ic, oc, d->rows, d->cols, d->row_bytes, od->row_bytes, tc);
     st = fp4rl_cuda_check_launch(ctx, "fp4rl_tensor_transpose: codes kernel");
     if (st) return st;
-    if (d->dtype == FP4RL_DTYPE_HIF4) {
+    if (fp4rl_format_of(d->dtype).scale_kind == FP4RL_SCALE_KIND_HIF4_WORD) {
         const int64_t n = od->scale_rows * od->scale_cols;
         transpose_hif4_words_kernel<<<fp4rl_cuda_blocks(n, 256), 256, 0, s>>>(static_cast<const uint32_t *>(t->scales),
                                                                              static_cast<uint32_t *>(out->scales), d->rows,

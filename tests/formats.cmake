@@ -1,10 +1,13 @@
-# Format-correctness suites: element and scale math and the spec vectors (test_formats),
+# Format-correctness suites: element and scale math and the spec vectors (test_formats), the
+# traits table (test_format_traits),
 # quantize / dequantize / transpose behaviour (test_quantize), matmul against a float64
 # reference (test_matmul), and the element conversions against ml_dtypes (pytest).
 fp4rl_add_check_test(test_formats)
 fp4rl_add_check_test(test_quantize)
 fp4rl_add_check_test(test_matmul)
-set_tests_properties(test_formats test_quantize test_matmul PROPERTIES LABELS "formats" TIMEOUT 120)
+# The traits table and the layout header against the formats (internal: it also asks the tensor layer).
+fp4rl_add_internal_test(test_format_traits)
+set_tests_properties(test_formats test_quantize test_matmul test_format_traits PROPERTIES LABELS "formats" TIMEOUT 120)
 
 # pytest + ctypes + ml_dtypes. Skipped under the sanitizers: python is not built with ASan, so
 # the instrumented library cannot be dlopen'ed into it.

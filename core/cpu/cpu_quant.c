@@ -19,15 +19,6 @@ static inline float src_at(const fp4rl_tensor *src, int64_t i)
     return fp4rl_bf16_to_f32(((const uint16_t *)src->data)[i]);
 }
 
-static inline void put_code(const fp4rl_qdesc *d, uint8_t *codes, int64_t r, int64_t c, uint8_t code)
-{
-    if (d->dtype == FP4RL_DTYPE_MXFP8_E4M3) {
-        codes[r * d->row_bytes + c] = code;
-        return;
-    }
-    uint8_t *b = &codes[r * d->row_bytes + c / 2];
-    *b = (c & 1) ? (uint8_t)((*b & 0x0f) | (code << 4)) : (uint8_t)((*b & 0xf0) | code);
-}
 
 /* Stochastic-rounding uniforms, one Philox call per 4 consecutive indices. */
 typedef struct sr_stream { uint64_t seed, offset, q; uint32_t out[4]; int valid; } sr_stream;
@@ -65,7 +56,8 @@ static void quantize_scaled(fp4rl_tensor *q, const fp4rl_tensor *src, const fp4r
 {
     const fp4rl_qdesc *d = &q->q;
     const int64_t R = d->rows, C = d->cols;
-    const int fp8 = d->dtype == FP4RL_DTYPE_MXFP8_E4M3, nv = d->dtype == FP4RL_DTYPE_NVFP4;
+    const fp4rl_format_traits t = fp4rl_format_of(d->dtype);
+    const int fp8 = t.code_bits == 8, nv = t.scale_kind == FP4RL_SCALE_KIND_UE4M3;
     const int bh = d->tile ? d->tile : 1, bw = d->tile ? d->tile : d->block;
     uint8_t *scales = q->scales, *codes = q->data;
     float g = 1.0f;
@@ -82,7 +74,7 @@ static void quantize_scaled(fp4rl_tensor *q, const fp4rl_tensor *src, const fp4r
             uint8_t s;
             if (!finite) s = nv ? FP4RL_UE4M3_NAN : FP4RL_E8M0_NAN;
             else if (nv) s = fp4rl_nvfp4_block_scale(amax, g);
-            else s = (uint8_t)(fp4rl_mx_scale_exp(amax, fp8 ? 8 : 2, fp8 ? 448.0f : 6.0f, p->truncation_free) + 127);
+            else s = fp4rl_mx_block_scale(amax, d->dtype, p->truncation_free);
             scales[sr * d->scale_cols + sc] = s;
         }
 
@@ -95,8 +87,8 @@ static void quantize_scaled(fp4rl_tensor *q, const fp4rl_tensor *src, const fp4r
             float u = p->stochastic ? sr_next(&rs, (uint64_t)(r * C + c)) : -1.0f;
             uint8_t code;
             if (nv) code = (s == FP4RL_UE4M3_NAN || s == 0) ? 0 : fp4rl_nvfp4_encode(x, s, g, u);
-            else code = (s == FP4RL_E8M0_NAN) ? 0 : fp4rl_mx_encode(x, (int)s - 127, fp8, u);
-            put_code(d, codes, r, c, code);
+            else code = (s == FP4RL_E8M0_NAN) ? 0 : fp4rl_mx_encode(x, fp4rl_e8m0_exp(s), fp8, u);
+            fp4rl_q_put_code(d, codes, r, c, code);
         }
 }
 
@@ -104,13 +96,14 @@ static void quantize_scaled(fp4rl_tensor *q, const fp4rl_tensor *src, const fp4r
 /* The increment bits of one tile: rows [r0, r0 + th) x cols [c0, c0 + 64) (th = 1 for 1D units,
  * 64 for 2D tiles), padded with zeros. e8[i][h]: sub-block (rows i..i+sh, cols 8h..8h+7) with
  * sh = 1 (1D) or 8 (2D); e16[i][g] likewise with 4. Returns 0 if the tile has a non-finite value. */
-typedef struct hif4_tile { fp4rl_hif4_base b; uint8_t e8[64][8]; uint8_t e16[64][16]; } hif4_tile;
+enum { UNIT = FP4RL_HIF4_UNIT }; /* 64 elements of a row; a 2D tile is UNIT x UNIT */
+typedef struct hif4_tile { fp4rl_hif4_base b; uint8_t e8[UNIT][8]; uint8_t e16[UNIT][16]; } hif4_tile;
 
 static int hif4_tile_bits(hif4_tile *t, const fp4rl_tensor *src, int64_t R, int64_t C, int64_t r0, int64_t c0, int th)
 {
     const int s8 = th == 1 ? 1 : 8, s4 = th == 1 ? 1 : 4; /* sub-block heights */
     int finite;
-    float amax = block_amax(src, C, r0, min64(R, r0 + th), c0, min64(C, c0 + 64), &finite);
+    float amax = block_amax(src, C, r0, min64(R, r0 + th), c0, min64(C, c0 + UNIT), &finite);
     if (!finite) return 0;
     t->b = fp4rl_hif4_make_base(amax);
     for (int i = 0; i < th; i += s8)
@@ -133,8 +126,8 @@ static int hif4_tile_bits(hif4_tile *t, const fp4rl_tensor *src, int64_t R, int6
 static uint32_t hif4_row_word(const hif4_tile *t, int i)
 {
     uint32_t w = t->b.e6m2;
-    for (int h = 0; h < 8; h++) w |= (uint32_t)t->e8[i][h] << (8 + h);
-    for (int g = 0; g < 16; g++) w |= (uint32_t)t->e16[i][g] << (16 + g);
+    for (int h = 0; h < 8; h++) w |= fp4rl_hif4_e8_at(t->e8[i][h], h);
+    for (int g = 0; g < 16; g++) w |= fp4rl_hif4_e16_at(t->e16[i][g], g);
     return w;
 }
 
@@ -142,7 +135,7 @@ static void quantize_hif4(fp4rl_tensor *q, const fp4rl_tensor *src, const fp4rl_
 {
     const fp4rl_qdesc *d = &q->q;
     const int64_t R = d->rows, C = d->cols, U = d->scale_cols;
-    const int th = d->tile ? 64 : 1;
+    const int th = d->tile ? UNIT : 1;
     uint32_t *words = q->scales;
     uint8_t *codes = q->data;
     hif4_tile t;
@@ -152,16 +145,16 @@ static void quantize_hif4(fp4rl_tensor *q, const fp4rl_tensor *src, const fp4rl_
     memset(codes, 0, fp4rl_qdesc_codes_bytes(d));
     for (int64_t r0 = 0; r0 < R; r0 += th)
         for (int64_t u = 0; u < U; u++) {
-            int finite = hif4_tile_bits(&t, src, R, C, r0, u * 64, th);
+            int finite = hif4_tile_bits(&t, src, R, C, r0, u * UNIT, th);
             for (int64_t r = r0; r < min64(R, r0 + th); r++) {
                 int i = (int)(r - r0);
                 words[r * U + u] = finite ? hif4_row_word(&t, i) : FP4RL_HIF4_NAN_WORD;
                 if (!finite) continue;
-                for (int64_t c = u * 64; c < min64(C, u * 64 + 64); c++) {
-                    int j = (int)(c - u * 64);
+                for (int64_t c = u * UNIT; c < min64(C, u * UNIT + UNIT); c++) {
+                    int j = (int)(c - u * UNIT);
                     float x = src_at(src, r * C + c);
                     float uu = p->stochastic ? sr_next(&rs, (uint64_t)(r * C + c)) : -1.0f;
-                    put_code(d, codes, r, c, fp4rl_hif4_encode(x, t.e8[i][j / 8] + t.e16[i][j / 4], t.b.rec, uu));
+                    fp4rl_q_put_code(d, codes, r, c, fp4rl_hif4_encode(x, t.e8[i][j / 8] + t.e16[i][j / 4], t.b.rec, uu));
                 }
             }
         }
@@ -170,7 +163,7 @@ static void quantize_hif4(fp4rl_tensor *q, const fp4rl_tensor *src, const fp4rl_
 fp4rl_status fp4rl_cpu_quantize(fp4rl_context *ctx, fp4rl_tensor *q, const fp4rl_tensor *src, const fp4rl_qparams *p)
 {
     (void)ctx;
-    if (q->q.dtype == FP4RL_DTYPE_HIF4) quantize_hif4(q, src, p);
+    if (fp4rl_format_of(q->q.dtype).scale_kind == FP4RL_SCALE_KIND_HIF4_WORD) quantize_hif4(q, src, p);
     else quantize_scaled(q, src, p);
     return FP4RL_OK;
 }
@@ -200,29 +193,6 @@ static void transpose_dense(fp4rl_tensor *out, const fp4rl_tensor *t)
         for (int64_t c = 0; c < C; c++) memcpy(o + (c * R + r) * es, s + (r * C + c) * es, es);
 }
 
-/* The HiF4 word of output row c (an input column), unit v (input rows v*64 .. v*64+63), rebuilt
- * from the input's row words: the tile's base, the e8 bit of each 8x8 sub-block and the e16 bit of
- * each 4x4 micro-block that column c crosses. */
-static uint32_t hif4_transposed_word(const fp4rl_tensor *t, int64_t c, int64_t v)
-{
-    const fp4rl_qdesc *d = &t->q;
-    const uint32_t *w = t->scales;
-    const int64_t R = d->rows, U = d->scale_cols, u = c / 64;
-    const int j = (int)(c % 64);
-    uint32_t first = w[(v * 64) * U + u];
-    if ((first & 0xFFu) == FP4RL_HIF4_NAN_WORD) return FP4RL_HIF4_NAN_WORD;
-    uint32_t out = first & 0xFFu;
-    for (int h = 0; h < 8; h++) {
-        int64_t r = v * 64 + 8 * h;
-        if (r < R) out |= ((w[r * U + u] >> (8 + j / 8)) & 1u) << (8 + h);
-    }
-    for (int g = 0; g < 16; g++) {
-        int64_t r = v * 64 + 4 * g;
-        if (r < R) out |= ((w[r * U + u] >> (16 + j / 4)) & 1u) << (16 + g);
-    }
-    return out;
-}
-
 fp4rl_status fp4rl_cpu_transpose(fp4rl_context *ctx, fp4rl_tensor *out, const fp4rl_tensor *t)
 {
     (void)ctx;
@@ -233,11 +203,11 @@ fp4rl_status fp4rl_cpu_transpose(fp4rl_context *ctx, fp4rl_tensor *out, const fp
     const fp4rl_qdesc *d = &t->q, *od = &out->q;
     memset(out->data, 0, fp4rl_qdesc_codes_bytes(od));
     for (int64_t r = 0; r < d->rows; r++)
-        for (int64_t c = 0; c < d->cols; c++) put_code(od, out->data, c, r, fp4rl_q_code(d, t->data, r, c));
-    if (d->dtype == FP4RL_DTYPE_HIF4) {
+        for (int64_t c = 0; c < d->cols; c++) fp4rl_q_put_code(od, out->data, c, r, fp4rl_q_code(d, t->data, r, c));
+    if (fp4rl_format_of(d->dtype).scale_kind == FP4RL_SCALE_KIND_HIF4_WORD) {
         uint32_t *ow = out->scales;
         for (int64_t c = 0; c < od->rows; c++)
-            for (int64_t v = 0; v < od->scale_cols; v++) ow[c * od->scale_cols + v] = hif4_transposed_word(t, c, v);
+            for (int64_t v = 0; v < od->scale_cols; v++) ow[c * od->scale_cols + v] = fp4rl_hif4_transposed_word(t->scales, d->rows, d->scale_cols, c, v);
     } else {
         const uint8_t *s = t->scales;
         uint8_t *os = out->scales;

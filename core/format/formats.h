@@ -16,11 +16,8 @@
 #include <string.h>
 #include <math.h>
 
-#ifdef __CUDACC__
-#define FP4RL_HD __host__ __device__ __forceinline__
-#else
-#define FP4RL_HD static inline
-#endif
+#include "format/layout.h" /* the HiF4 word's bits */
+#include "format/traits.h" /* FP4RL_HD; each format's constants */
 
 /* ---- bit access ---------------------------------------------------------------------------- */
 FP4RL_HD uint32_t fp4rl_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -94,8 +91,8 @@ FP4RL_HD float fp4rl_sr_uniform(uint64_t seed, uint64_t offset, uint64_t i)
 /* ---- minifloat element grids (E2M1, E4M3, UE4M3) ------------------------------------------- */
 /* A grid of magnitudes with `mbits` mantissa bits, smallest normal 2^emin, largest `maxv`. */
 typedef struct fp4rl_grid { int mbits; int emin; float maxv; } fp4rl_grid;
-#define FP4RL_GRID_E2M1 ((fp4rl_grid){1, 0, 6.0f})
-#define FP4RL_GRID_E4M3 ((fp4rl_grid){3, -6, 448.0f})
+#define FP4RL_GRID_E2M1 ((fp4rl_grid){1, 0, FP4RL_E2M1_MAX})
+#define FP4RL_GRID_E4M3 ((fp4rl_grid){3, -6, FP4RL_E4M3_MAX})
 
 /* log2 of the spacing of the grid at magnitude a (a finite, >= 0). Every division by a power
  * of two below is written as a multiplication by its (exact) reciprocal: both are correctly
@@ -164,8 +161,8 @@ FP4RL_HD float fp4rl_e4m3_decode(uint8_t code)
 
 /* ---- MX scales (E8M0), spec section 3 ------------------------------------------------------ */
 #define FP4RL_E8M0_NAN 0xFFu
-/* Scale exponent of an MX block with max magnitude amax (finite, >= 0). emax_elem: 2 (E2M1) or
- * 8 (E4M3); max_elem: 6 or 448; truncation_free selects the rule. */
+/* Scale exponent of an MX block with max magnitude amax (finite, >= 0). emax_elem, max_elem: the
+ * element grid's (fp4rl_format_traits); truncation_free selects the rule. */
 FP4RL_HD int fp4rl_mx_scale_exp(float amax, int emax_elem, float max_elem, int truncation_free)
 {
     if (amax == 0.0f) return -127;
@@ -176,10 +173,19 @@ FP4RL_HD int fp4rl_mx_scale_exp(float amax, int emax_elem, float max_elem, int t
     if (e > 127) e = 127;
     return e;
 }
+/* The E8M0 code of 2^e (e in [-127, 127], as fp4rl_mx_scale_exp gives) and back. */
+FP4RL_HD uint8_t fp4rl_e8m0_of_exp(int e) { return (uint8_t)(e + FP4RL_E8M0_BIAS); }
+FP4RL_HD int fp4rl_e8m0_exp(uint8_t s) { return (int)s - FP4RL_E8M0_BIAS; }
+/* The stored E8M0 scale of a finite block of MX format d (MXFP4, MXFP8) with max magnitude amax. */
+FP4RL_HD uint8_t fp4rl_mx_block_scale(float amax, fp4rl_dtype d, int truncation_free)
+{
+    const fp4rl_format_traits t = fp4rl_format_of(d);
+    return fp4rl_e8m0_of_exp(fp4rl_mx_scale_exp(amax, t.emax_elem, t.max_elem, truncation_free));
+}
 FP4RL_HD float fp4rl_e8m0_decode(uint8_t s)
 {
     if (s == FP4RL_E8M0_NAN) return fp4rl_bits_f32(0x7fc00000u);
-    return fp4rl_exp2i((int)s - 127);
+    return fp4rl_exp2i(fp4rl_e8m0_exp(s));
 }
 
 /* ---- NVFP4 scales (UE4M3 + binary32 per tensor), spec section 4 ----------------------------- */
@@ -189,20 +195,19 @@ FP4RL_HD float fp4rl_e8m0_decode(uint8_t s)
  * what such a tensor dequantizes to anyway. */
 FP4RL_HD float fp4rl_nvfp4_tensor_scale(float amax_t)
 {
-    const float g = amax_t / (448.0f * 6.0f);
+    const float g = amax_t / (FP4RL_E4M3_MAX * FP4RL_E2M1_MAX); /* 2688, exact */
     return g < 0x1p-126f ? 1.0f : g;
 }
 /* The UE4M3 code of a block with max magnitude amax_b under tensor scale g. 0x7F marks a NaN block. */
 #define FP4RL_UE4M3_NAN 0x7Fu
 FP4RL_HD uint8_t fp4rl_nvfp4_block_scale(float amax_b, float g)
 {
-    float s = (amax_b / 6.0f) / g;
+    float s = (amax_b / FP4RL_E2M1_MAX) / g;
     return (uint8_t)fp4rl_grid_encode(FP4RL_GRID_E4M3, fp4rl_grid_round(FP4RL_GRID_E4M3, s, -1.0f));
 }
 FP4RL_HD float fp4rl_ue4m3_decode(uint8_t s) { return fp4rl_e4m3_decode((uint8_t)(s & 0x7fu)); }
 
 /* ---- HiFloat4, spec section 6 -------------------------------------------------------------- */
-#define FP4RL_HIF4_NAN_WORD 0x000000FFu
 typedef struct fp4rl_hif4_base { uint32_t e6m2; float base; float rec; } fp4rl_hif4_base;
 
 /* Steps 2-4: the E6M2 base scale of a unit (or 2D tile) with max magnitude amax (finite). */
@@ -210,14 +215,14 @@ FP4RL_HD fp4rl_hif4_base fp4rl_hif4_make_base(float amax)
 {
     fp4rl_hif4_base b;
     float sf = amax * 0.142578125f;
-    if (sf < 0x1p-48f) sf = 0x1p-48f;
-    if (sf > 49152.0f) sf = 49152.0f;
+    if (sf < 0x1p-48f) sf = 0x1p-48f; /* E6M2's smallest, 2^-FP4RL_E6M2_BIAS */
+    if (sf > FP4RL_E6M2_MAX) sf = FP4RL_E6M2_MAX;
     sf = fp4rl_round_bf16(sf);
     int e = fp4rl_ilog2(sf);                     /* sf = (q / 4) * 2^e with q in [4, 8) */
     float qf = rintf(sf * fp4rl_exp2i(2 - e));   /* exact power-of-two scaling, then RNE */
     int q = (int)qf;
     if (q == 8) { q = 4; e += 1; }
-    b.e6m2 = ((uint32_t)(e + 48) << 2) | (uint32_t)(q - 4);
+    b.e6m2 = ((uint32_t)(e + FP4RL_E6M2_BIAS) << 2) | (uint32_t)(q - 4);
     b.base = ((float)q * 0.25f) * fp4rl_exp2i(e);
     b.rec = fp4rl_round_bf16(1.0f / b.base);
     return b;
@@ -225,8 +230,8 @@ FP4RL_HD fp4rl_hif4_base fp4rl_hif4_make_base(float amax)
 /* The base scale of a stored word (whose low byte is not the NaN code). */
 FP4RL_HD float fp4rl_hif4_word_base(uint32_t word)
 {
-    uint32_t s = word & 0xFFu;
-    return (1.0f + (float)(s & 3u) * 0.25f) * fp4rl_exp2i((int)(s >> 2) - 48);
+    uint32_t s = fp4rl_hif4_word_base_bits(word);
+    return (1.0f + (float)(s & 3u) * 0.25f) * fp4rl_exp2i((int)(s >> 2) - FP4RL_E6M2_BIAS);
 }
 /* Step 5: the increment bits. m8: max magnitude of the 8-element (8x8) sub-block; m4: of the
  * 4-element (4x4) micro-block; e8: the e8 bit of the micro-block's parent. */
@@ -243,7 +248,7 @@ FP4RL_HD uint8_t fp4rl_hif4_encode(float x, int inc, float rec, float u)
     float n;
     if (u < 0.0f) {
         n = floorf(v * 4.0f + 0.5f);
-    } else if (v >= 1.75f) {
+    } else if (v >= FP4RL_HIF4_ELEM_MAX) {
         n = 7.0f;
     } else {
         float lo = floorf(v * 4.0f) * 0.25f;
@@ -252,12 +257,17 @@ FP4RL_HD uint8_t fp4rl_hif4_encode(float x, int inc, float rec, float u)
     if (n > 7.0f) n = 7.0f;
     return (uint8_t)((fp4rl_signbit(x) << 3) | (uint32_t)n);
 }
+/* The S1P2 element value of a code, (-1)^s (code & 7) / 4, before the scales. */
+FP4RL_HD float fp4rl_hif4_elem(uint8_t code)
+{
+    const float m = (float)(code & 7u) * 0.25f;
+    return (code & 8u) ? -m : m;
+}
 /* Dequantize element j (0..63) of a unit. */
 FP4RL_HD float fp4rl_hif4_decode(uint8_t code, uint32_t word, int j)
 {
-    if ((word & 0xFFu) == FP4RL_HIF4_NAN_WORD) return fp4rl_bits_f32(0x7fc00000u);
-    int inc = (int)((word >> (8 + j / 8)) & 1u) + (int)((word >> (16 + j / 4)) & 1u);
-    float m = ((float)(code & 7u) * 0.25f) * fp4rl_exp2i(inc) * fp4rl_hif4_word_base(word);
+    if (fp4rl_hif4_word_base_bits(word) == FP4RL_HIF4_NAN_WORD) return fp4rl_bits_f32(0x7fc00000u);
+    float m = ((float)(code & 7u) * 0.25f) * fp4rl_exp2i(fp4rl_hif4_word_inc(word, j)) * fp4rl_hif4_word_base(word);
     return (code & 8u) ? -m : m;
 }
 
@@ -273,7 +283,7 @@ FP4RL_HD uint8_t fp4rl_mx_encode(float x, int e, int fp8, float u)
 FP4RL_HD float fp4rl_mx_decode(uint8_t code, uint8_t scale, int fp8)
 {
     if (scale == FP4RL_E8M0_NAN || (fp8 && (code & 0x7fu) == 0x7fu)) return fp4rl_bits_f32(0x7fc00000u);
-    return (fp8 ? fp4rl_e4m3_decode(code) : fp4rl_e2m1_decode(code)) * fp4rl_exp2i((int)scale - 127);
+    return (fp8 ? fp4rl_e4m3_decode(code) : fp4rl_e2m1_decode(code)) * fp4rl_exp2i(fp4rl_e8m0_exp(scale));
 }
 /* NVFP4 element with block scale code s (not 0, not NaN) and tensor scale g. */
 FP4RL_HD uint8_t fp4rl_nvfp4_encode(float x, uint8_t s, float g, float u)

@@ -13,12 +13,12 @@
 
 #include "format/formats.h"
 
-/* The block formats the round trip covers (a subset of fp4rl_dtype that needs no tensor-wide
- * statistic: NVFP4's g does, so it is not here). */
-enum { FP4RL_QDQ_MXFP4 = 0, FP4RL_QDQ_MXFP8 = 1, FP4RL_QDQ_HIF4 = 2 };
+/* The block formats the round trip covers: the formats that need no tensor-wide statistic
+ * (NVFP4's g does, so it is not here), named by their fp4rl_dtype. */
+enum { FP4RL_QDQ_MXFP4 = FP4RL_DTYPE_MXFP4, FP4RL_QDQ_MXFP8 = FP4RL_DTYPE_MXFP8_E4M3, FP4RL_QDQ_HIF4 = FP4RL_DTYPE_HIF4 };
 
 /* Elements per block of a round-trip format. */
-FP4RL_HD int fp4rl_qdq_block_size(int fmt) { return fmt == FP4RL_QDQ_HIF4 ? 64 : 32; }
+FP4RL_HD int fp4rl_qdq_block_size(int fmt) { return fp4rl_format_of((fp4rl_dtype)fmt).block; }
 
 /* max |x[i]| over the finite x[i], i in [i0, i1); *finite = 0 when some element is not finite */
 FP4RL_HD float fp4rl_qdq_amax(const float *x, int i0, int i1, int *finite)
@@ -43,8 +43,8 @@ FP4RL_HD void fp4rl_qdq_block(int fmt, const float *x, float *y, int n, int trun
     }
     if (fmt != FP4RL_QDQ_HIF4) {
         const int fp8 = fmt == FP4RL_QDQ_MXFP8;
-        const int e = fp4rl_mx_scale_exp(amax, fp8 ? 8 : 2, fp8 ? 448.0f : 6.0f, truncation_free);
-        for (int i = 0; i < n; i++) y[i] = fp4rl_mx_decode(fp4rl_mx_encode(x[i], e, fp8, -1.0f), (uint8_t)(e + 127), fp8);
+        const uint8_t s = fp4rl_mx_block_scale(amax, (fp4rl_dtype)fmt, truncation_free);
+        for (int i = 0; i < n; i++) y[i] = fp4rl_mx_decode(fp4rl_mx_encode(x[i], fp4rl_e8m0_exp(s), fp8, -1.0f), s, fp8);
         return;
     }
     /* HiF4: base from the unit's amax, an e8 bit per 8 elements, an e16 bit per 4 */
@@ -52,17 +52,14 @@ FP4RL_HD void fp4rl_qdq_block(int fmt, const float *x, float *y, int n, int trun
     uint32_t word = b.e6m2;
     for (int h = 0; h < 8; h++) {
         const int i0 = 8 * h < n ? 8 * h : n, i1 = 8 * h + 8 < n ? 8 * h + 8 : n;
-        word |= fp4rl_hif4_e8(fp4rl_qdq_amax(x, i0, i1, &finite), b.rec) << (8 + h);
+        word |= fp4rl_hif4_e8_at(fp4rl_hif4_e8(fp4rl_qdq_amax(x, i0, i1, &finite), b.rec), h);
     }
     for (int g = 0; g < 16; g++) {
         const int i0 = 4 * g < n ? 4 * g : n, i1 = 4 * g + 4 < n ? 4 * g + 4 : n;
-        const uint32_t e8 = (word >> (8 + g / 2)) & 1u;
-        word |= fp4rl_hif4_e16(fp4rl_qdq_amax(x, i0, i1, &finite), e8, b.rec) << (16 + g);
+        word |= fp4rl_hif4_e16_at(fp4rl_hif4_e16(fp4rl_qdq_amax(x, i0, i1, &finite), fp4rl_hif4_word_e8(word, g / 2), b.rec), g);
     }
-    for (int i = 0; i < n; i++) {
-        const int inc = (int)((word >> (8 + i / 8)) & 1u) + (int)((word >> (16 + i / 4)) & 1u);
-        y[i] = fp4rl_hif4_decode(fp4rl_hif4_encode(x[i], inc, b.rec, -1.0f), word, i);
-    }
+    for (int i = 0; i < n; i++)
+        y[i] = fp4rl_hif4_decode(fp4rl_hif4_encode(x[i], fp4rl_hif4_word_inc(word, i), b.rec, -1.0f), word, i);
 }
 
 /* Rollout-ResQ's 2:4 mask on one group of len <= 4 values: keep the two largest magnitudes (the

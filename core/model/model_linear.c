@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "format/qdq_block.h"
+#include "format/traits.h"
 #include "model/model.h"
 
 /* ---- a scratch arena of device buffers, freed together ---- */
@@ -176,14 +177,12 @@ static fp4rl_status forward_operand(fp4rl_model *m, fp4rl_arena *a, const fp4rl_
  * the products are the FP32 path's, on the GPU's tensor cores. */
 int fp4rl_linear_bf16_exact(const fp4rl_linear_spec *s, fp4rl_role r)
 {
-    return s->mode[r] == FP4RL_NUM_BF16 ||
-           (s->mode[r] == FP4RL_NUM_FP4 && (s->fmt[r] == FP4RL_DTYPE_MXFP4 || s->fmt[r] == FP4RL_DTYPE_HIF4));
+    return s->mode[r] == FP4RL_NUM_BF16 || (s->mode[r] == FP4RL_NUM_FP4 && fp4rl_format_of(s->fmt[r]).bf16_exact);
 }
 
-int fp4rl_qdq_format(fp4rl_dtype d)
-{
-    return d == FP4RL_DTYPE_MXFP4 ? FP4RL_QDQ_MXFP4 : d == FP4RL_DTYPE_HIF4 ? FP4RL_QDQ_HIF4 : -2;
-}
+/* The fused round trip gives BF16 words, so it serves the formats whose values are exactly BF16
+ * (MXFP4, HiF4; qdq_block.h also takes MXFP8, whose values may not be). */
+int fp4rl_qdq_format(fp4rl_dtype d) { return fp4rl_format_of(d).bf16_exact ? (int)d : -2; }
 
 /* The BF16 path: the backend multiplies BF16 operands and all three GEMMs' operands are exactly
  * BF16. Then the operands are made as BF16 bits in one pass from their source, and what backward

@@ -5,17 +5,13 @@
 #include "format/formats.h"
 #include "tensor/qlayout.h"
 
-/* Block id of element (r, c), and the number of blocks. */
-static int64_t block_of(const fp4rl_qdesc *d, int64_t r, int64_t c)
-{
-    if (d->dtype == FP4RL_DTYPE_HIF4) return (d->tile ? r / 64 : r) * d->scale_cols + c / 64;
-    if (d->tile) return (r / d->tile) * d->scale_cols + c / d->tile;
-    return r * d->scale_cols + c / d->block;
-}
+/* Block id of element (r, c), and the number of blocks: a 1D block or a 2D tile. A HiF4 block
+ * (unit or 64 x 64 tile) counts as one although its words are stored per row, so it is numbered
+ * like an MX / NVFP4 scale. */
+static int64_t block_of(const fp4rl_qdesc *d, int64_t r, int64_t c) { return fp4rl_q_scale_index(d, r, c); }
 static int64_t block_count(const fp4rl_qdesc *d)
 {
-    if (d->dtype == FP4RL_DTYPE_HIF4 && d->tile) return ((d->rows + 63) / 64) * d->scale_cols;
-    return d->scale_rows * d->scale_cols;
+    return (d->tile ? (d->rows + d->tile - 1) / d->tile : d->rows) * d->scale_cols;
 }
 
 /* Whether element (r, c), input x, was clipped: its code is the largest magnitude and |x| is
@@ -23,10 +19,9 @@ static int64_t block_count(const fp4rl_qdesc *d)
 static int clipped(const fp4rl_tensor *q, int64_t r, int64_t c, float x)
 {
     const fp4rl_qdesc *d = &q->q;
+    const fp4rl_format_traits t = fp4rl_format_of(d->dtype);
     uint8_t code = fp4rl_q_code(d, q->data, r, c);
-    uint8_t top = d->dtype == FP4RL_DTYPE_MXFP8_E4M3 ? 0x7e : 0x7;
-    uint8_t mag = d->dtype == FP4RL_DTYPE_MXFP8_E4M3 ? (uint8_t)(code & 0x7f) : (uint8_t)(code & 0x7);
-    if (mag != top) return 0;
+    if ((code & fp4rl_format_mag_mask(t)) != t.max_code) return 0;
     return fabsf(x) > fabsf(fp4rl_q_value(q, r, c, 0));
 }
 
