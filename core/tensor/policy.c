@@ -1,7 +1,11 @@
-/* policy.c - the quantization policy: (parameter, value) pairs with bounds, and the presets. */
+/* policy.c - the quantization policy: (parameter, value) pairs with bounds, checked when set so
+ * that every policy is valid as a whole (each tile fits its formats), and the presets. */
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/traits.h"
 #include "runtime/internal.h"
 
 struct fp4rl_quant_policy {
@@ -44,17 +48,15 @@ fp4rl_status fp4rl_quant_policy_create(fp4rl_quant_policy **out)
 
 void fp4rl_quant_policy_destroy(fp4rl_quant_policy *p) { free(p); }
 
-static bool is_format(int64_t v)
-{
-    return v == FP4RL_DTYPE_MXFP4 || v == FP4RL_DTYPE_NVFP4 || v == FP4RL_DTYPE_HIF4 || v == FP4RL_DTYPE_MXFP8_E4M3;
-}
+static bool is_format(int64_t v) { return v >= 0 && v <= INT_MAX && fp4rl_format_is_quantized((fp4rl_dtype)v); }
 
-/* The format a tile parameter's role uses, for checking that the tile fits it. */
-static fp4rl_qparam format_of_tile(fp4rl_qparam tile_param)
+/* "0, 16, 32, 64": the tiles format f takes (format/traits.h). */
+static const char *tiles_of(fp4rl_dtype f, char *buf, size_t n)
 {
-    return tile_param == FP4RL_QP_TILE_WEIGHT ? FP4RL_QP_FORMAT_WEIGHT
-           : tile_param == FP4RL_QP_TILE_ACTIVATION ? FP4RL_QP_FORMAT_ACTIVATION
-                                                   : FP4RL_QP_FORMAT_GRADIENT;
+    int k = snprintf(buf, n, "0");
+    for (int t = 16; t <= 64; t *= 2)
+        if (fp4rl_format_tile_ok(f, t) && k > 0 && (size_t)k < n) k += snprintf(buf + k, n - (size_t)k, ", %d", t);
+    return buf;
 }
 
 static fp4rl_status bad(fp4rl_qparam param, int64_t value, const char *allowed)
@@ -63,28 +65,49 @@ static fp4rl_status bad(fp4rl_qparam param, int64_t value, const char *allowed)
                       qparam_names[param], (long long)value, allowed);
 }
 
+/* The cross-parameter rule: each role's tile fits the role's format, and FORMAT_QK (the q/k
+ * projections' format, quantized with every role's tile) fits all three tiles. Checked on the
+ * candidate values v after `param` changed, for the pairs `param` belongs to; the message names
+ * both parameters and which one to set first. */
+static fp4rl_status check_pair(const int64_t *v, fp4rl_qparam param, fp4rl_qparam format_param, fp4rl_qparam tile_param)
+{
+    const fp4rl_dtype f = (fp4rl_dtype)v[format_param];
+    const int64_t tile = v[tile_param];
+    if ((param != format_param && param != tile_param) || fp4rl_format_tile_ok(f, tile)) return FP4RL_OK;
+    char tiles[32];
+    if (param == tile_param)
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_quant_policy_set: %s = %lld does not fit %s = %s, which takes tiles %s; set %s first",
+                          qparam_names[tile_param], (long long)tile, qparam_names[format_param], fp4rl_dtype_name(f),
+                          tiles_of(f, tiles, sizeof tiles), qparam_names[format_param]);
+    return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_quant_policy_set: %s = %s does not take %s = %lld (it takes tiles %s); set %s first",
+                      qparam_names[format_param], fp4rl_dtype_name(f), qparam_names[tile_param], (long long)tile,
+                      tiles_of(f, tiles, sizeof tiles), qparam_names[tile_param]);
+}
+
+static fp4rl_status check_pairs(const int64_t *v, fp4rl_qparam param)
+{
+    fp4rl_status st = FP4RL_OK;
+    for (int r = 0; !st && r < 3; r++) {
+        const fp4rl_qparam tp = (fp4rl_qparam)(FP4RL_QP_TILE_WEIGHT + r);
+        st = check_pair(v, param, (fp4rl_qparam)(FP4RL_QP_FORMAT_WEIGHT + r), tp);
+        if (!st && v[FP4RL_QP_FORMAT_QK] >= 0) st = check_pair(v, param, FP4RL_QP_FORMAT_QK, tp);
+    }
+    return st;
+}
+
 fp4rl_status fp4rl_quant_policy_set(fp4rl_quant_policy *p, fp4rl_qparam param, int64_t value)
 {
     if (!p) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_quant_policy_set: policy is NULL");
     if ((int)param < 0 || (int)param >= FP4RL_QP_COUNT)
         return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_quant_policy_set: unknown parameter %d (0 .. %d)", (int)param, FP4RL_QP_COUNT - 1);
+    /* each value on its own */
     switch (param) {
     case FP4RL_QP_TILE_WEIGHT:
     case FP4RL_QP_TILE_ACTIVATION:
-    case FP4RL_QP_TILE_GRADIENT: {
-        fp4rl_dtype f = (fp4rl_dtype)p->v[format_of_tile(param)];
-        if (!(value == 0 || value == 16 || value == 32 || value == 64))
+    case FP4RL_QP_TILE_GRADIENT:
+        if (!(value == 0 || FP4RL_TILE_BIT(value) != 0))
             return bad(param, value, "0 (1D blocks), or 2D tiles of 16, 32, 64 (MXFP4, MXFP8, NVFP4) or 64 (HiF4)");
-        if (!fp4rl_tile_ok(f, value))
-            return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_quant_policy_set: %s = %lld does not fit the role's format %s, which takes tiles 0 or 64",
-                              qparam_names[param], (long long)value, fp4rl_dtype_name(f));
-        /* FORMAT_QK, when set, is quantized with every role's tile too (core/model/model_linear.c) */
-        const int64_t qk = p->v[FP4RL_QP_FORMAT_QK];
-        if (qk >= 0 && !fp4rl_tile_ok((fp4rl_dtype)qk, value))
-            return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_quant_policy_set: %s = %lld does not fit %s = %s",
-                              qparam_names[param], (long long)value, qparam_names[FP4RL_QP_FORMAT_QK], fp4rl_dtype_name((fp4rl_dtype)qk));
         break;
-    }
     case FP4RL_QP_SCALE_RULE:
         if (value != FP4RL_SCALE_OCP_FLOOR && value != FP4RL_SCALE_TRUNCATION_FREE)
             return bad(param, value, "FP4RL_SCALE_OCP_FLOOR (0), FP4RL_SCALE_TRUNCATION_FREE (1)");
@@ -100,25 +123,13 @@ fp4rl_status fp4rl_quant_policy_set(fp4rl_quant_policy *p, fp4rl_qparam param, i
         break;
     case FP4RL_QP_FORMAT_WEIGHT:
     case FP4RL_QP_FORMAT_ACTIVATION:
-    case FP4RL_QP_FORMAT_GRADIENT: {
+    case FP4RL_QP_FORMAT_GRADIENT:
         if (!is_format(value))
             return bad(param, value, "FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_NVFP4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP8_E4M3");
-        fp4rl_qparam tp = param == FP4RL_QP_FORMAT_WEIGHT ? FP4RL_QP_TILE_WEIGHT
-                          : param == FP4RL_QP_FORMAT_ACTIVATION ? FP4RL_QP_TILE_ACTIVATION
-                                                               : FP4RL_QP_TILE_GRADIENT;
-        if (!fp4rl_tile_ok((fp4rl_dtype)value, p->v[tp]))
-            return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_quant_policy_set: %s = %s does not take the role's tile %lld (%s = %lld); set the tile first",
-                              qparam_names[param], fp4rl_dtype_name((fp4rl_dtype)value), (long long)p->v[tp], qparam_names[tp], (long long)p->v[tp]);
         break;
-    }
     case FP4RL_QP_FORMAT_QK:
         if (value != -1 && !is_format(value))
             return bad(param, value, "-1 (as the other linears), FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_NVFP4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP8_E4M3");
-        /* the Q/K projections use this format with each role's tile: it must take all three */
-        for (fp4rl_qparam tp = FP4RL_QP_TILE_WEIGHT; value >= 0 && tp <= FP4RL_QP_TILE_GRADIENT; tp++)
-            if (!fp4rl_tile_ok((fp4rl_dtype)value, p->v[tp]))
-                return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "fp4rl_quant_policy_set: %s = %s does not take %s = %lld; set the tile first",
-                                  qparam_names[param], fp4rl_dtype_name((fp4rl_dtype)value), qparam_names[tp], (long long)p->v[tp]);
         break;
     case FP4RL_QP_TRAIN_NUMERICS:
         if (value != FP4RL_NUMERICS_BF16 && value != FP4RL_NUMERICS_FP4 && value != FP4RL_NUMERICS_FP32)
@@ -133,8 +144,12 @@ fp4rl_status fp4rl_quant_policy_set(fp4rl_quant_policy *p, fp4rl_qparam param, i
             return bad(param, value, "FP4RL_RESQ_OFF (0), _DENSE (1), _2_4 (2), _CHANNEL_50 (3), _BLOCK_50 (4)");
         break;
     }
-    p->v[param] = value;
-    return FP4RL_OK;
+    /* then with the others: the candidate policy must be valid as a whole */
+    fp4rl_quant_policy next = *p;
+    next.v[param] = value;
+    fp4rl_status st = check_pairs(next.v, param);
+    if (!st) *p = next;
+    return st;
 }
 
 fp4rl_status fp4rl_quant_policy_get(const fp4rl_quant_policy *p, fp4rl_qparam param, int64_t *value)
@@ -190,10 +205,18 @@ FP4RL_HIDDEN fp4rl_status fp4rl_policy_resolve(const fp4rl_quant_policy *p, fp4r
     if ((int)role < FP4RL_ROLE_WEIGHT || (int)role > FP4RL_ROLE_GRADIENT)
         return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: unknown role %d (FP4RL_ROLE_WEIGHT 0, _ACTIVATION 1, _GRADIENT 2)", fn, (int)role);
     int64_t tile = p->v[FP4RL_QP_TILE_WEIGHT + role];
-    if (!fp4rl_tile_ok(format, tile))
-        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the policy's %s = %lld does not fit %s (allowed: 0 or %s)", fn,
+    if (!fp4rl_format_tile_ok(format, tile)) {
+        char tiles[32];
+        /* The setters keep every tile fitting its role's format and FORMAT_QK, so a format of the
+         * policy itself (what the model and the rollout pass) always fits: a misfit is a bug here.
+         * Only a format the caller names (fp4rl_quantize's argument) can misfit. */
+        if (format == p->v[FP4RL_QP_FORMAT_WEIGHT + role] || format == p->v[FP4RL_QP_FORMAT_QK])
+            return fp4rl_fail(FP4RL_ERR_INTERNAL, "%s: internal error: the policy's %s = %lld does not fit its own format %s", fn,
+                              qparam_names[FP4RL_QP_TILE_WEIGHT + role], (long long)tile, fp4rl_dtype_name(format));
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the policy's %s = %lld does not fit %s (allowed: %s)", fn,
                           qparam_names[FP4RL_QP_TILE_WEIGHT + role], (long long)tile, fp4rl_dtype_name(format),
-                          format == FP4RL_DTYPE_HIF4 ? "64" : "16, 32, 64");
+                          tiles_of(format, tiles, sizeof tiles));
+    }
     memset(out, 0, sizeof *out);
     out->format = format;
     out->tile = (int)tile;

@@ -294,9 +294,16 @@ typedef enum fp4rl_preset {
 
 /* A new policy with the plain defaults (1D, OCP floor, nearest, MXFP4, FP4 training, W4A4 rollout). */
 FP4RL_API fp4rl_status fp4rl_quant_policy_create(fp4rl_quant_policy **out);
-/* Sets one parameter. An unknown parameter or an out-of-range value (a tile some format of the
- * policy cannot take, say) is FP4RL_ERR_INVALID_ARGUMENT with a message naming the parameter and
- * the allowed values; the policy is then unchanged. */
+/* Sets one parameter. An unknown parameter or an out-of-range value is FP4RL_ERR_INVALID_ARGUMENT
+ * with a message naming the parameter and the allowed values; the policy is then unchanged.
+ * A policy is valid as a whole after every call: a value that would leave a tile its role's
+ * format cannot take (HiF4 takes 1D blocks or 64 x 64 tiles only), or a FORMAT_QK that cannot
+ * take one of the three tiles, is refused the same way, whichever member of the pair is being
+ * set; the message names both parameters and the one to change first. Nothing else is changed
+ * behind the caller's back. Order matters only between such pairs: MXFP4 in 32 x 32 tiles to
+ * HiF4 in 64 x 64 tiles takes the tile first, HiF4 in 1D blocks to MXFP4 in 32 x 32 tiles the
+ * format first. Tiles 0 and 64 fit every format, so setting the formats while the tiles are 0 (as
+ * after fp4rl_quant_policy_create), then the tiles, reaches every valid policy. */
 FP4RL_API fp4rl_status fp4rl_quant_policy_set(fp4rl_quant_policy *p, fp4rl_qparam param, int64_t value);
 FP4RL_API fp4rl_status fp4rl_quant_policy_get(const fp4rl_quant_policy *p, fp4rl_qparam param, int64_t *value);
 /* Resets every parameter to a named recipe. */
