@@ -43,10 +43,19 @@ size_t fp4rl_cuda_bucket_size(size_t bytes);
 
 /* ---- a cached cuBLASLt plan (gemm.cu) ---- */
 #define FP4RL_CUDA_PLAN_CACHE 48
+/* Row-major C[M, N] (leading dim ldc) = alpha op(A) op(B) + beta C, in `batch` strided batches
+ * (element strides sa, sb, sc; 0 with batch 1): A is stored [M, K] (ta = 0) or [K, M] (ta = 1)
+ * with leading dim lda, B [K, N] (tb = 0) or [N, K] (tb = 1) with ldb. */
+typedef struct fp4rl_cuda_gemm_shape {
+    int ta, tb;
+    int64_t m, n, k, lda, ldb, ldc;
+    int64_t batch, sa, sb, sc;
+    int ab_type, c_type; /* cudaDataType values: A and B, C */
+} fp4rl_cuda_gemm_shape;
+
 typedef struct fp4rl_cuda_plan {
     int valid;
-    int64_t m, n, k;
-    int ab_type, c_type; /* cudaDataType values */
+    fp4rl_cuda_gemm_shape g;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -114,6 +123,9 @@ void fp4rl_cuda_gemm_destroy(fp4rl_cuda *cu);
  * FP32 compute, never TF32), on the context stream. 1: launched; 0: no algorithm (caller falls back). */
 int fp4rl_cuda_lt_gemm(fp4rl_cuda *cu, int64_t M, int64_t N, int64_t K, const void *a, const void *b, cudaDataType_t ab, void *c,
                        cudaDataType_t ct, float alpha, float beta);
+/* The general form (fp4rl_cuda_gemm_shape above), same cache and rules. */
+int fp4rl_cuda_lt_gemm_ex(fp4rl_cuda *cu, const fp4rl_cuda_gemm_shape *g, const void *a, const void *b, void *c, float alpha,
+                          float beta);
 
 /* Dequantizes q into a dense BF16/F32 device buffer of q's [R, C] shape (unscaled: without
  * NVFP4's g). When `inexact` is not NULL, *inexact is set when some value is not exactly

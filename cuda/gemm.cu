@@ -96,15 +96,33 @@ void destroy_plan(fp4rl_cuda_plan *pl)
     pl->valid = 0;
 }
 
-/* The plan of a row-major C[M,N] = A[M,K] * B[N,K]^T. cuBLASLt is column-major: row-major C is
- * column-major C^T[N,M] = B * A^T, i.e. its "A" is our B (stored K x N, transposed) and its "B"
- * our A (stored K x M, not transposed): the TN layout every tensor-core kernel supports. */
-fp4rl_cuda_plan *get_plan(fp4rl_cuda *cu, int64_t M, int64_t N, int64_t K, cudaDataType_t ab, cudaDataType_t ct)
+/* The plan of a row-major GEMM (fp4rl_cuda_gemm_shape). cuBLASLt is column-major: row-major C is
+ * column-major C^T[N, M] = op(B)^T op(A)^T, so its "A" is our B and its "B" our A. A row-major
+ * [R, C] matrix is a column-major [C, R] one with the same leading dim: our B stored [K, N] is
+ * already op(B)^T (no transpose), stored [N, K] it needs one; our A stored [M, K] is op(A)^T, stored
+ * [K, M] it needs one. C = A B^T (ta = 0, tb = 1) is the TN layout every tensor-core kernel has. */
+bool same_shape(const fp4rl_cuda_gemm_shape *x, const fp4rl_cuda_gemm_shape *y)
+{
+    return x->ta == y->ta && x->tb == y->tb && x->m == y->m && x->n == y->n && x->k == y->k && x->lda == y->lda &&
+           x->ldb == y->ldb && x->ldc == y->ldc && x->batch == y->batch && x->sa == y->sa && x->sb == y->sb &&
+           x->sc == y->sc && x->ab_type == y->ab_type && x->c_type == y->c_type;
+}
+
+int make_layout(cublasLtMatrixLayout_t *l, int type, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride)
+{
+    if (cublasLtMatrixLayoutCreate(l, (cudaDataType_t)type, (uint64_t)rows, (uint64_t)cols, ld) != CUBLAS_STATUS_SUCCESS) return 0;
+    if (batch <= 1) return 1;
+    const int count = (int)batch;
+    return cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count) == CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride) == CUBLAS_STATUS_SUCCESS;
+}
+
+fp4rl_cuda_plan *get_plan(fp4rl_cuda *cu, const fp4rl_cuda_gemm_shape *g)
 {
     fp4rl_cuda_plan *victim = &cu->plans[0];
     for (int i = 0; i < FP4RL_CUDA_PLAN_CACHE; i++) {
         fp4rl_cuda_plan *pl = &cu->plans[i];
-        if (pl->valid && pl->m == M && pl->n == N && pl->k == K && pl->ab_type == (int)ab && pl->c_type == (int)ct) {
+        if (pl->valid && same_shape(&pl->g, g)) {
             pl->stamp = ++cu->plan_clock;
             return pl;
         }
@@ -114,13 +132,13 @@ fp4rl_cuda_plan *get_plan(fp4rl_cuda *cu, int64_t M, int64_t N, int64_t K, cudaD
     destroy_plan(victim);
     fp4rl_cuda_plan *pl = victim;
     memset(pl, 0, sizeof *pl);
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const cublasOperation_t ta = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (cublasLtMatmulDescCreate(&pl->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return NULL;
     cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    int ok = cublasLtMatrixLayoutCreate(&pl->la, ab, (uint64_t)K, (uint64_t)N, K) == CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatrixLayoutCreate(&pl->lb, ab, (uint64_t)K, (uint64_t)M, K) == CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatrixLayoutCreate(&pl->lc, ct, (uint64_t)N, (uint64_t)M, N) == CUBLAS_STATUS_SUCCESS;
+    int ok = make_layout(&pl->la, g->ab_type, g->tb ? g->k : g->n, g->tb ? g->n : g->k, g->ldb, g->batch, g->sb);
+    ok = ok && make_layout(&pl->lb, g->ab_type, g->ta ? g->m : g->k, g->ta ? g->k : g->m, g->lda, g->batch, g->sa);
+    ok = ok && make_layout(&pl->lc, g->c_type, g->n, g->m, g->ldc, g->batch, g->sc);
     pl->valid = 1; /* destroy_plan can now release whatever was made */
     if (!ok) {
         destroy_plan(pl);
@@ -139,11 +157,7 @@ fp4rl_cuda_plan *get_plan(fp4rl_cuda *cu, int64_t M, int64_t N, int64_t K, cudaD
         }
         cublasLtMatmulPreferenceDestroy(pref);
     }
-    pl->m = M;
-    pl->n = N;
-    pl->k = K;
-    pl->ab_type = (int)ab;
-    pl->c_type = (int)ct;
+    pl->g = *g;
     pl->stamp = ++cu->plan_clock;
     return pl;
 }
@@ -280,7 +294,14 @@ fp4rl_status fp4rl_cuda_matmul(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_
 int fp4rl_cuda_lt_gemm(fp4rl_cuda *cu, int64_t M, int64_t N, int64_t K, const void *a, const void *b, cudaDataType_t ab, void *c,
                        cudaDataType_t ct, float alpha, float beta)
 {
-    fp4rl_cuda_plan *pl = get_plan(cu, M, N, K, ab, ct);
+    const fp4rl_cuda_gemm_shape g = {0, 1, M, N, K, K, K, N, 1, 0, 0, 0, (int)ab, (int)ct};
+    return fp4rl_cuda_lt_gemm_ex(cu, &g, a, b, c, alpha, beta);
+}
+
+int fp4rl_cuda_lt_gemm_ex(fp4rl_cuda *cu, const fp4rl_cuda_gemm_shape *g, const void *a, const void *b, void *c, float alpha,
+                          float beta)
+{
+    fp4rl_cuda_plan *pl = get_plan(cu, g);
     if (!pl || !pl->has_algo) return 0;
     return cublasLtMatmul(cu->lt, pl->desc, &alpha, b, pl->la, a, pl->lb, &beta, c, pl->lc, c, pl->lc, &pl->algo, cu->lt_workspace,
                           cu->lt_workspace_bytes, cu->stream) == CUBLAS_STATUS_SUCCESS;

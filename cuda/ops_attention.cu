@@ -5,6 +5,9 @@
  * head dims 16/32/64/128 goes to the tiled kernels of ops_attention_tiled.cu instead; these
  * kernels serve the other head dims and the rollout's decode step.
  *
+ * In BF16 numerics (ops.h) they read every operand rounded, as the CPU does; training attention
+ * in BF16 numerics goes to ops_attention_gemm.cu's tensor-core path where the head dim allows.
+ *
  * Every sum runs in the CPU's order (core/cpu/ops_attention.c): a score is one thread's serial
  * float dot product (bitwise the CPU's), out and the gradients accumulate over keys (or over
  * queries, then heads, for dk/dv) serially in the CPU's order, so no atomics are needed and the
@@ -13,6 +16,7 @@
  */
 #include <math.h>
 
+#include "format/formats.h"
 #include "ops_cuda.h"
 
 using namespace fp4rl_cuda_ops_detail;
@@ -21,10 +25,13 @@ namespace {
 
 constexpr int AT = 128; /* threads per row block; also the chunk of keys staged in shared memory */
 
-__device__ __forceinline__ float dot(const float *a, const float *b, int64_t D)
+/* an operand as the numerics read it: as is (FP32) or rounded to BF16 (bf) */
+__device__ __forceinline__ float rd(float x, int bf) { return bf ? fp4rl_round_bf16(x) : x; }
+
+__device__ __forceinline__ float dot(const float *a, const float *b, int64_t D, int bf)
 {
     float s = 0.0f;
-    for (int64_t d = 0; d < D; d++) s += a[d] * b[d];
+    for (int64_t d = 0; d < D; d++) s += rd(a[d], bf) * rd(b[d], bf);
     return s;
 }
 
@@ -38,30 +45,30 @@ __device__ __forceinline__ int64_t seq_len(const int32_t *lengths, int64_t b, in
 /* One query row against n_keys keys k + s * stride (v likewise), by the whole block: o = sum_s p_s
  * v_s, p = softmax(scale * q.k). sq, sacc: D floats of shared memory each. Returns the row lse. */
 __device__ float attend_row(float *o, const float *q, const float *k, const float *v, int64_t stride, int64_t n_keys, int64_t D,
-                            float scale, float *sq, float *sacc)
+                            float scale, float *sq, float *sacc, int bf)
 {
     __shared__ float sp[AT];
     __shared__ float shf[AT];
     __shared__ double shd[AT];
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-        sq[d] = q[d];
+        sq[d] = rd(q[d], bf);
         sacc[d] = 0.0f;
     }
     __syncthreads();
     float m = -INFINITY;
-    for (int64_t s = threadIdx.x; s < n_keys; s += blockDim.x) m = fmaxf(m, scale * dot(sq, k + s * stride, D));
+    for (int64_t s = threadIdx.x; s < n_keys; s += blockDim.x) m = fmaxf(m, scale * dot(sq, k + s * stride, D, bf));
     m = block_max(m, shf);
     double sum = 0.0;
-    for (int64_t s = threadIdx.x; s < n_keys; s += blockDim.x) sum += exp((double)(scale * dot(sq, k + s * stride, D)) - (double)m);
+    for (int64_t s = threadIdx.x; s < n_keys; s += blockDim.x) sum += exp((double)(scale * dot(sq, k + s * stride, D, bf)) - (double)m);
     sum = block_sum(sum, shd);
     const float row_lse = (float)((double)m + log(sum));
     for (int64_t c0 = 0; c0 < n_keys; c0 += AT) {
         const int64_t nc = n_keys - c0 < AT ? n_keys - c0 : AT;
-        if (threadIdx.x < nc) sp[threadIdx.x] = expf_cr(scale * dot(sq, k + (c0 + threadIdx.x) * stride, D) - row_lse);
+        if (threadIdx.x < nc) sp[threadIdx.x] = rd(expf_cr(scale * dot(sq, k + (c0 + threadIdx.x) * stride, D, bf) - row_lse), bf);
         __syncthreads();
         for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
             float a = sacc[d];
-            for (int64_t j = 0; j < nc; j++) a += sp[j] * v[(c0 + j) * stride + d];
+            for (int64_t j = 0; j < nc; j++) a += sp[j] * rd(v[(c0 + j) * stride + d], bf);
             sacc[d] = a;
         }
         __syncthreads();
@@ -72,7 +79,8 @@ __device__ float attend_row(float *o, const float *q, const float *k, const floa
 
 /* block = ((b * T + t) * Hq + h) */
 __global__ void __launch_bounds__(AT) attn_fwd_k(float *out, float *lse, const float *q, const float *k, const float *v,
-                                                 const int32_t *lengths, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, float scale)
+                                                 const int32_t *lengths, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                                                 int bf)
 {
     extern __shared__ float dyn[];
     const int64_t row = blockIdx.x, h = row % Hq, bt = row / Hq, t = bt % T, b = bt / T;
@@ -85,24 +93,24 @@ __global__ void __launch_bounds__(AT) attn_fwd_k(float *out, float *lse, const f
         return;
     }
     const int64_t kv0 = (b * T * Hkv + h / (Hq / Hkv)) * D;
-    const float l = attend_row(o, q + row * D, k + kv0, v + kv0, Hkv * D, t + 1, D, scale, dyn, dyn + D);
+    const float l = attend_row(o, q + row * D, k + kv0, v + kv0, Hkv * D, t + 1, D, scale, dyn, dyn + D, bf);
     if (threadIdx.x == 0) *l_out = l;
 }
 
 /* block = (b * Hq + h) */
 __global__ void __launch_bounds__(AT) attn_decode_k(float *out, const float *q, const float *kc, const float *vc, int64_t Tmax,
-                                                    int64_t len, int64_t Hq, int64_t Hkv, int64_t D, float scale)
+                                                    int64_t len, int64_t Hq, int64_t Hkv, int64_t D, float scale, int bf)
 {
     extern __shared__ float dyn[];
     const int64_t row = blockIdx.x, h = row % Hq, b = row / Hq;
     const int64_t kv0 = (b * Tmax * Hkv + h / (Hq / Hkv)) * D;
-    attend_row(out + row * D, q + row * D, kc + kv0, vc + kv0, Hkv * D, len, D, scale, dyn, dyn + D);
+    attend_row(out + row * D, q + row * D, kc + kv0, vc + kv0, Hkv * D, len, D, scale, dyn, dyn + D, bf);
 }
 
 /* dq of one query row (block = ((b * T + t) * Hq + h)): dq += sum_{s <= t} ds_s k_s, serial in s. */
 __global__ void __launch_bounds__(AT) attn_bwd_dq_k(float *dq, const float *dout, const float *q, const float *k, const float *v,
                                                     const float *out, const float *lse, const int32_t *lengths, int64_t T,
-                                                    int64_t Hq, int64_t Hkv, int64_t D, float scale)
+                                                    int64_t Hq, int64_t Hkv, int64_t D, float scale, int bf)
 {
     extern __shared__ float dyn[];
     __shared__ float sds[AT];
@@ -112,24 +120,28 @@ __global__ void __launch_bounds__(AT) attn_bwd_dq_k(float *dq, const float *dout
     if (t >= seq_len(lengths, b, T)) return;
     const int64_t kh = h / (Hq / Hkv);
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-        sq[d] = q[row * D + d];
-        sdo[d] = dout[row * D + d];
+        sq[d] = rd(q[row * D + d], bf);
+        sdo[d] = rd(dout[row * D + d], bf);
         sacc[d] = dq[row * D + d];
     }
-    if (threadIdx.x == 0) sdelta = dot(dout + row * D, out + row * D, D);
+    if (threadIdx.x == 0) { /* from global memory: the other threads' sdo writes are not yet visible */
+        float dl = 0.0f;
+        for (int64_t d = 0; d < D; d++) dl += rd(dout[row * D + d], bf) * out[row * D + d];
+        sdelta = dl;
+    }
     __syncthreads();
     const float row_lse = lse[(b * Hq + h) * T + t], delta = sdelta;
     for (int64_t c0 = 0; c0 <= t; c0 += AT) {
         const int64_t nc = t + 1 - c0 < AT ? t + 1 - c0 : AT;
         if (threadIdx.x < nc) {
             const int64_t kv = ((b * T + c0 + threadIdx.x) * Hkv + kh) * D;
-            const float p = expf_cr(scale * dot(sq, k + kv, D) - row_lse);
-            sds[threadIdx.x] = p * (dot(sdo, v + kv, D) - delta) * scale;
+            const float p = rd(expf_cr(scale * dot(sq, k + kv, D, bf) - row_lse), bf);
+            sds[threadIdx.x] = rd(p * (dot(sdo, v + kv, D, bf) - delta) * scale, bf);
         }
         __syncthreads();
         for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
             float a = sacc[d];
-            for (int64_t j = 0; j < nc; j++) a += sds[j] * k[((b * T + c0 + j) * Hkv + kh) * D + d];
+            for (int64_t j = 0; j < nc; j++) a += sds[j] * rd(k[((b * T + c0 + j) * Hkv + kh) * D + d], bf);
             sacc[d] = a;
         }
         __syncthreads();
@@ -141,7 +153,7 @@ __global__ void __launch_bounds__(AT) attn_bwd_dq_k(float *dq, const float *dout
  * queries t = s .. len-1, and for each the heads of the group in order; so do we, serially. */
 __global__ void __launch_bounds__(AT) attn_bwd_dkv_k(float *dk, float *dv, const float *dout, const float *q, const float *k,
                                                      const float *v, const float *out, const float *lse, const int32_t *lengths,
-                                                     int64_t T, int64_t Hq, int64_t Hkv, int64_t D, float scale)
+                                                     int64_t T, int64_t Hq, int64_t Hkv, int64_t D, float scale, int bf)
 {
     extern __shared__ float dyn[];
     __shared__ float sp[AT], sds[AT];
@@ -151,8 +163,8 @@ __global__ void __launch_bounds__(AT) attn_bwd_dkv_k(float *dk, float *dv, const
     if (s >= len) return;
     const int64_t group = Hq / Hkv;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-        sk[d] = k[krow * D + d];
-        sv[d] = v[krow * D + d];
+        sk[d] = rd(k[krow * D + d], bf);
+        sv[d] = rd(v[krow * D + d], bf);
         adk[d] = dk[krow * D + d];
         adv[d] = dv[krow * D + d];
     }
@@ -163,10 +175,11 @@ __global__ void __launch_bounds__(AT) attn_bwd_dkv_k(float *dk, float *dv, const
         if (threadIdx.x < nc) {
             const int64_t j = c0 + threadIdx.x, t = s + j / group, h = kh * group + j % group;
             const int64_t row = ((b * T + t) * Hq + h) * D;
-            const float delta = dot(dout + row, out + row, D);
-            const float p = expf_cr(scale * dot(q + row, sk, D) - lse[(b * Hq + h) * T + t]);
+            float delta = 0.0f;
+            for (int64_t d = 0; d < D; d++) delta += rd(dout[row + d], bf) * out[row + d];
+            const float p = rd(expf_cr(scale * dot(q + row, sk, D, bf) - lse[(b * Hq + h) * T + t]), bf);
             sp[threadIdx.x] = p;
-            sds[threadIdx.x] = p * (dot(dout + row, sv, D) - delta) * scale;
+            sds[threadIdx.x] = rd(p * (dot(dout + row, sv, D, bf) - delta) * scale, bf);
         }
         __syncthreads();
         for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
@@ -174,8 +187,8 @@ __global__ void __launch_bounds__(AT) attn_bwd_dkv_k(float *dk, float *dv, const
             for (int64_t jj = 0; jj < nc; jj++) {
                 const int64_t j = c0 + jj, t = s + j / group, h = kh * group + j % group;
                 const int64_t row = ((b * T + t) * Hq + h) * D;
-                ak += sds[jj] * q[row + d];
-                av += sp[jj] * dout[row + d];
+                ak += sds[jj] * rd(q[row + d], bf);
+                av += sp[jj] * rd(dout[row + d], bf);
             }
             adk[d] = ak;
             adv[d] = av;
@@ -197,42 +210,52 @@ static int aligned16(const float *a, const float *b, const float *c)
 }
 
 fp4rl_status fp4rl_cuda_attention_forward(fp4rl_context *ctx, float *out, float *lse, const float *q, const float *k, const float *v,
-                                          const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D)
+                                          const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
+                                          fp4rl_att_numerics nm)
 {
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
     const float scale = 1.0f / sqrtf((float)D);
-    if (fp4rl_cuda_attention_tiled_ok(B, Hq, D) && aligned16(q, k, v))
+    const int bf = nm == FP4RL_ATT_BF16;
+    if (bf && fp4rl_cuda_attention_gemm_ok(D))
+        return fp4rl_cuda_attention_forward_gemm(ctx, s, out, lse, q, k, v, lengths, B, T, Hq, Hkv, D, scale);
+    if (!bf && fp4rl_cuda_attention_tiled_ok(B, Hq, D) && aligned16(q, k, v))
         return fp4rl_cuda_attention_forward_tiled(ctx, s, out, lse, q, k, v, lengths, B, T, Hq, Hkv, D, scale);
-    attn_fwd_k<<<(unsigned)(B * T * Hq), AT, 2 * D * sizeof(float), s>>>(out, lse, q, k, v, lengths, T, Hq, Hkv, D, scale);
+    attn_fwd_k<<<(unsigned)(B * T * Hq), AT, 2 * D * sizeof(float), s>>>(out, lse, q, k, v, lengths, T, Hq, Hkv, D, scale, bf);
     return fp4rl_cuda_check_launch(ctx, "attention_forward");
 }
 
 fp4rl_status fp4rl_cuda_attention_backward(fp4rl_context *ctx, float *dq, float *dk, float *dv, const float *dout, const float *q,
                                            const float *k, const float *v, const float *out, const float *lse,
-                                           const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D)
+                                           const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
+                                           fp4rl_att_numerics nm)
 {
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
     const float scale = 1.0f / sqrtf((float)D);
-    if (fp4rl_cuda_attention_tiled_ok(B, Hq, D) && aligned16(q, k, v) && aligned16(dout, dk, dv))
+    const int bf = nm == FP4RL_ATT_BF16;
+    if (bf && fp4rl_cuda_attention_gemm_ok(D))
+        return fp4rl_cuda_attention_backward_gemm(ctx, s, dq, dk, dv, dout, q, k, v, out, lse, lengths, B, T, Hq, Hkv, D, scale);
+    if (!bf && fp4rl_cuda_attention_tiled_ok(B, Hq, D) && aligned16(q, k, v) && aligned16(dout, dk, dv))
         return fp4rl_cuda_attention_backward_tiled(ctx, s, dq, dk, dv, dout, q, k, v, out, lse, lengths, B, T, Hq, Hkv, D, scale);
-    attn_bwd_dq_k<<<(unsigned)(B * T * Hq), AT, 3 * D * sizeof(float), s>>>(dq, dout, q, k, v, out, lse, lengths, T, Hq, Hkv, D, scale);
+    attn_bwd_dq_k<<<(unsigned)(B * T * Hq), AT, 3 * D * sizeof(float), s>>>(dq, dout, q, k, v, out, lse, lengths, T, Hq, Hkv, D, scale,
+                                                                              bf);
     if ((st = fp4rl_cuda_check_launch(ctx, "attention_backward (dq)"))) return st;
     attn_bwd_dkv_k<<<(unsigned)(B * T * Hkv), AT, 4 * D * sizeof(float), s>>>(dk, dv, dout, q, k, v, out, lse, lengths, T, Hq, Hkv, D,
-                                                                               scale);
+                                                                               scale, bf);
     return fp4rl_cuda_check_launch(ctx, "attention_backward (dk, dv)");
 }
 
 fp4rl_status fp4rl_cuda_attention_decode(fp4rl_context *ctx, float *out, const float *q, const float *kc, const float *vc, int64_t B,
-                                         int64_t Tmax, int64_t len, int64_t Hq, int64_t Hkv, int64_t D)
+                                         int64_t Tmax, int64_t len, int64_t Hq, int64_t Hkv, int64_t D, fp4rl_att_numerics nm)
 {
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
     const float scale = 1.0f / sqrtf((float)D);
-    attn_decode_k<<<(unsigned)(B * Hq), AT, 2 * D * sizeof(float), s>>>(out, q, kc, vc, Tmax, len, Hq, Hkv, D, scale);
+    attn_decode_k<<<(unsigned)(B * Hq), AT, 2 * D * sizeof(float), s>>>(out, q, kc, vc, Tmax, len, Hq, Hkv, D, scale,
+                                                                       nm == FP4RL_ATT_BF16);
     return fp4rl_cuda_check_launch(ctx, "attention_decode");
 }

@@ -97,6 +97,16 @@ template <typename F> fp4rl_status colsum(fp4rl_context *ctx, cudaStream_t s, fl
 /* The ops (cuda/ops_*.cu); each is documented at its slot in core/backend/ops.h. */
 /* The tiled training attention (ops_attention_tiled.cu) for the head dims and grids it covers. */
 int fp4rl_cuda_attention_tiled_ok(int64_t B, int64_t Hq, int64_t D);
+/* The BF16-numerics training attention on the tensor cores (ops_attention_gemm.cu), for head dims
+ * it covers (fp4rl_cuda_attention_gemm_ok); others run the per-row kernels in BF16 numerics. */
+int fp4rl_cuda_attention_gemm_ok(int64_t D);
+fp4rl_status fp4rl_cuda_attention_forward_gemm(fp4rl_context *ctx, cudaStream_t s, float *out, float *lse, const float *q, const float *k,
+                                               const float *v, const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv,
+                                               int64_t D, float scale);
+fp4rl_status fp4rl_cuda_attention_backward_gemm(fp4rl_context *ctx, cudaStream_t s, float *dq, float *dk, float *dv, const float *dout,
+                                                const float *q, const float *k, const float *v, const float *out, const float *lse,
+                                                const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
+                                                float scale);
 fp4rl_status fp4rl_cuda_attention_forward_tiled(fp4rl_context *ctx, cudaStream_t s, float *out, float *lse, const float *q, const float *k,
                                                 const float *v, const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv,
                                                 int64_t D, float scale);
@@ -119,10 +129,10 @@ FP4RL_CUDA_OP(rope_forward, float *out, const float *x, const int32_t *positions
 FP4RL_CUDA_OP(rope_backward, float *dx, const float *dout, const int32_t *positions, int64_t N, int64_t H, int64_t D,
               float theta);
 FP4RL_CUDA_OP(attention_forward, float *out, float *lse, const float *q, const float *k, const float *v,
-              const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
+              const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
 FP4RL_CUDA_OP(attention_backward, float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
               const float *v, const float *out, const float *lse, const int32_t *lengths, int64_t B, int64_t T,
-              int64_t Hq, int64_t Hkv, int64_t D);
+              int64_t Hq, int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
 FP4RL_CUDA_OP(swiglu_forward, float *out, const float *gate, const float *up, int64_t n);
 FP4RL_CUDA_OP(swiglu_backward, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n);
 FP4RL_CUDA_OP(residual_forward, float *out, const float *a, const float *b, int64_t n);
@@ -146,7 +156,7 @@ FP4RL_CUDA_OP(init_normal, float *dst, int64_t k0, int64_t n, uint64_t seed);
 FP4RL_CUDA_OP(grad_clip, float *g, int64_t n, const float *norm, float max_norm);
 FP4RL_CUDA_OP(kv_write, float *cache, const float *src, int64_t B, int64_t Tmax, int64_t W, int64_t t);
 FP4RL_CUDA_OP(attention_decode, float *out, const float *q, const float *kc, const float *vc, int64_t B, int64_t Tmax,
-              int64_t len, int64_t Hq, int64_t Hkv, int64_t D);
+              int64_t len, int64_t Hq, int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
 FP4RL_CUDA_OP(resq_mask, float *r, int64_t N, int64_t K, int pattern);
 FP4RL_CUDA_OP(sample_rows, int32_t *tokens, float *logp, const float *logits, int64_t B, int64_t V, float temperature,
               int64_t top_k, uint64_t seed, uint64_t offset, uint64_t row0);

@@ -463,7 +463,7 @@ static void attention_case(const char *name, int64_t B, int64_t T, int64_t Hq, i
             }
     }
     float *out = frand(nq, 3.0), *lse = frand(nl, 3.0); /* garbage: forward overwrites */
-    CHECK_OK(ops->attention_forward(NULL, out, lse, q, k, v, len, B, T, Hq, Hkv, D));
+    CHECK_OK(ops->attention_forward(NULL, out, lse, q, k, v, len, B, T, Hq, Hkv, D, FP4RL_ATT_FP32));
     attn_st st = {to_double(q, nq), to_double(k, nk), to_double(v, nk), len, B, T, Hq, Hkv, D, dbuf(nl)};
     double *want = dbuf(nq);
     ref_attention(&st, want);
@@ -477,7 +477,7 @@ static void attention_case(const char *name, int64_t B, int64_t T, int64_t Hq, i
     fd_problem p = problem(ref_attention, &st, nq, &r);
     float *dq = frand(nq, 1.0), *dk = frand(nk, 1.0), *dv = frand(nk, 1.0);
     float *dq0 = fcopy(dq, nq), *dk0 = fcopy(dk, nk), *dv0 = fcopy(dv, nk);
-    CHECK_OK(ops->attention_backward(NULL, dq, dk, dv, r, q, k, v, out, lse, len, B, T, Hq, Hkv, D));
+    CHECK_OK(ops->attention_backward(NULL, dq, dk, dv, r, q, k, v, out, lse, len, B, T, Hq, Hkv, D, FP4RL_ATT_FP32));
     snprintf(what, sizeof what, "attention dq %s", name);
     CHECK_GRAD(what, dq, dq0, fd_grad(&p, (double *)st.q, nq), nq);
     snprintf(what, sizeof what, "attention dk %s", name);
@@ -497,6 +497,73 @@ START_TEST(test_attention)
 }
 END_TEST
 
+/* BF16 numerics (ops.h), against the contract written out independently here: BF16 operands,
+ * double scores and lse, p = bf16(expf(x - lse)); and the backward against FP32 numerics: close
+ * (it is the same gradient with BF16 operands) but not equal (the rounding does happen). */
+static float r16(float x) { return fp4rl_round_bf16(x); }
+START_TEST(test_attention_bf16)
+{
+    rng = 19;
+    enum { B = 2, T = 6, Hq = 4, Hkv = 2, D = 8, G = Hq / Hkv };
+    const int64_t nq = B * T * Hq * D, nk = B * T * Hkv * D, nl = B * Hq * T;
+    static const int32_t len_init[B] = {6, 4};
+    int32_t *len = ibuf(B);
+    memcpy(len, len_init, sizeof len_init);
+    float *q = frand(nq, 1.5), *k = frand(nk, 1.5), *v = frand(nk, 1.0), *out = fbuf(nq), *lse = fbuf(nl);
+    float *out32 = fbuf(nq), *lse32 = fbuf(nl);
+    CHECK_OK(ops->attention_forward(NULL, out, lse, q, k, v, len, B, T, Hq, Hkv, D, FP4RL_ATT_BF16));
+    CHECK_OK(ops->attention_forward(NULL, out32, lse32, q, k, v, len, B, T, Hq, Hkv, D, FP4RL_ATT_FP32));
+    double *want = dbuf(nq), *want_lse = dbuf(nl);
+    const double scale = 1.0 / sqrt((double)D);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < len[b]; t++)
+            for (int64_t h = 0; h < Hq; h++) {
+                double x[T], m = -INFINITY, sum = 0.0;
+                const float *qt = q + ((b * T + t) * Hq + h) * D;
+                for (int64_t u = 0; u <= t; u++) {
+                    const float *ku = k + ((b * T + u) * Hkv + h / G) * D;
+                    double d = 0.0;
+                    for (int64_t i = 0; i < D; i++) d += (double)r16(qt[i]) * r16(ku[i]);
+                    x[u] = (double)(float)(scale * d);
+                    m = x[u] > m ? x[u] : m;
+                }
+                for (int64_t u = 0; u <= t; u++) sum += exp(x[u] - m);
+                const double l = m + log(sum);
+                want_lse[(b * Hq + h) * T + t] = l;
+                for (int64_t u = 0; u <= t; u++) {
+                    const double p = r16(expf((float)(x[u] - l)));
+                    for (int64_t i = 0; i < D; i++) want[((b * T + t) * Hq + h) * D + i] += p * r16(v[((b * T + u) * Hkv + h / G) * D + i]);
+                }
+            }
+    CHECK_FWD("attention BF16 out vs the contract", out, want, nq);
+    CHECK_FWD("attention BF16 lse vs the contract", lse, want_lse, nl);
+    double *o32 = to_double(out32, nq);
+    const double fwd_gap = rel_err(out, NULL, o32, nq);
+    ck_assert_msg(fwd_gap > 1e-4 && fwd_gap < 3e-2, "BF16 vs FP32 attention out: relative gap %g", fwd_gap);
+    /* backward: BF16 numerics vs FP32 numerics from zero gradients */
+    float *dout = frand(nq, 1.0);
+    float *dq = fbuf(nq), *dk = fbuf(nk), *dv = fbuf(nk), *dq32 = fbuf(nq), *dk32 = fbuf(nk), *dv32 = fbuf(nk);
+    CHECK_OK(ops->attention_backward(NULL, dq, dk, dv, dout, q, k, v, out, lse, len, B, T, Hq, Hkv, D, FP4RL_ATT_BF16));
+    CHECK_OK(ops->attention_backward(NULL, dq32, dk32, dv32, dout, q, k, v, out32, lse32, len, B, T, Hq, Hkv, D, FP4RL_ATT_FP32));
+    const float *g16[3] = {dq, dk, dv}, *g32[3] = {dq32, dk32, dv32};
+    const int64_t ng[3] = {nq, nk, nk};
+    for (int i = 0; i < 3; i++) {
+        const double gap = rel_err(g16[i], NULL, to_double(g32[i], ng[i]), ng[i]);
+        ck_assert_msg(gap > 1e-4 && gap < 5e-2, "BF16 vs FP32 attention gradient %d: relative gap %g", i, gap);
+    }
+    /* padded rows of sequence 1 (t = 4, 5) get nothing */
+    for (int64_t t = 4; t < T; t++) {
+        for (int64_t i = 0; i < Hq * D; i++) ck_assert_float_eq(dq[((1 * T + t) * Hq) * D + i], 0.0f);
+        for (int64_t i = 0; i < Hkv * D; i++) ck_assert_float_eq(dk[((1 * T + t) * Hkv) * D + i], 0.0f);
+    }
+    /* the decode op in BF16 numerics gives the training forward's last row bit for bit */
+    float *qd = fbuf(B * Hq * D), *od = fbuf(B * Hq * D);
+    for (int64_t b = 0; b < B; b++) memcpy(qd + b * Hq * D, q + ((b * T + 3) * Hq) * D, Hq * D * sizeof(float));
+    CHECK_OK(ops->attention_decode(NULL, od, qd, k, v, B, T, 4, Hq, Hkv, D, FP4RL_ATT_BF16));
+    for (int64_t b = 0; b < B; b++) ck_assert_mem_eq(od + b * Hq * D, out + ((b * T + 3) * Hq) * D, Hq * D * sizeof(float));
+}
+END_TEST
+
 /* The structure, shown directly: GQA head mapping, causality, padding. */
 START_TEST(test_attention_structure)
 {
@@ -509,7 +576,7 @@ START_TEST(test_attention_structure)
     for (int t = 0; t < T; t++)
         for (int j = 0; j < Hkv; j++)
             for (int d = 0; d < D; d++) v[(t * Hkv + j) * D + d] = (float)(j + 1);
-    CHECK_OK(ops->attention_forward(NULL, out, lse, q, k, v, NULL, B, T, Hq, Hkv, D));
+    CHECK_OK(ops->attention_forward(NULL, out, lse, q, k, v, NULL, B, T, Hq, Hkv, D, FP4RL_ATT_FP32));
     for (int t = 0; t < T; t++)
         for (int h = 0; h < Hq; h++)
             for (int d = 0; d < D; d++) {
@@ -518,7 +585,7 @@ START_TEST(test_attention_structure)
             }
     /* the first token attends only to itself: out = v[0], lse = q.k / sqrt(D) */
     v = frand(B * T * Hkv * D, 1.0);
-    CHECK_OK(ops->attention_forward(NULL, out, lse, q, k, v, NULL, B, T, Hq, Hkv, D));
+    CHECK_OK(ops->attention_forward(NULL, out, lse, q, k, v, NULL, B, T, Hq, Hkv, D, FP4RL_ATT_FP32));
     for (int h = 0; h < Hq; h++)
         for (int d = 0; d < D; d++) ck_assert_float_eq_tol(out[h * D + d], v[(h / 2) * D + d], 1e-6f);
     /* causality: changing the last token's k and v leaves every earlier row bit-identical */
@@ -528,26 +595,26 @@ START_TEST(test_attention_structure)
         v[(T - 1) * Hkv * D + i] -= 2.0f;
     }
     float *out1 = fcopy(out, B * T * Hq * D);
-    CHECK_OK(ops->attention_forward(NULL, out1, lse, q, k, v, NULL, B, T, Hq, Hkv, D));
+    CHECK_OK(ops->attention_forward(NULL, out1, lse, q, k, v, NULL, B, T, Hq, Hkv, D, FP4RL_ATT_FP32));
     for (int i = 0; i < Hkv * D; i++) {
         k[(T - 1) * Hkv * D + i] -= 1.0f;
         v[(T - 1) * Hkv * D + i] += 5.0f;
     }
-    CHECK_OK(ops->attention_forward(NULL, out2, lse2, q, k, v, NULL, B, T, Hq, Hkv, D));
+    CHECK_OK(ops->attention_forward(NULL, out2, lse2, q, k, v, NULL, B, T, Hq, Hkv, D, FP4RL_ATT_FP32));
     ck_assert_mem_eq(out1, out2, (T - 1) * Hq * D * sizeof(float));
     ck_assert(memcmp(out1 + (T - 1) * Hq * D, out2 + (T - 1) * Hq * D, Hq * D * sizeof(float)) != 0);
     /* padding: with length 3, rows 3 and 4 are zero with lse 0, rows 0..2 equal the full run's
      * (a later token is never a key of an earlier one), and backward leaves padded gradients alone */
     int32_t *len = ibuf(1);
     len[0] = 3;
-    CHECK_OK(ops->attention_forward(NULL, out1, lse, q, k, v, len, B, T, Hq, Hkv, D));
+    CHECK_OK(ops->attention_forward(NULL, out1, lse, q, k, v, len, B, T, Hq, Hkv, D, FP4RL_ATT_FP32));
     ck_assert_mem_eq(out1, out2, 3 * Hq * D * sizeof(float));
     for (int i = 3 * Hq * D; i < T * Hq * D; i++) ck_assert_float_eq(out1[i], 0.0f);
     for (int h = 0; h < Hq; h++)
         for (int t = 3; t < T; t++) ck_assert_float_eq(lse[h * T + t], 0.0f);
     float *dout = frand(B * T * Hq * D, 1.0);
     float *dq = fbuf(B * T * Hq * D), *dk = fbuf(B * T * Hkv * D), *dv = fbuf(B * T * Hkv * D);
-    CHECK_OK(ops->attention_backward(NULL, dq, dk, dv, dout, q, k, v, out1, lse, len, B, T, Hq, Hkv, D));
+    CHECK_OK(ops->attention_backward(NULL, dq, dk, dv, dout, q, k, v, out1, lse, len, B, T, Hq, Hkv, D, FP4RL_ATT_FP32));
     for (int i = 3 * Hq * D; i < T * Hq * D; i++) ck_assert_float_eq(dq[i], 0.0f);
     for (int i = 3 * Hkv * D; i < T * Hkv * D; i++) {
         ck_assert_float_eq(dk[i], 0.0f);
@@ -830,6 +897,7 @@ int main(void)
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
     tcase_add_test(tc, test_attention_structure);
+    tcase_add_test(tc, test_attention_bf16);
     tcase_add_test(tc, test_swiglu);
     tcase_add_test(tc, test_residual);
     tcase_add_test(tc, test_logprobs);

@@ -268,32 +268,55 @@ START_TEST(test_linear)
 }
 END_TEST
 
-/* Training attention fwd + bwd on one shape (head dims 16/32/64/128 take the tiled kernels,
- * others the per-row ones), with and without sequence lengths. */
-static void attention_case(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, const int32_t *len)
+/* max |a - b| / max |b| over host buffers */
+static double host_gap(const float *a, const float *b, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double e = fabs((double)a[i] - b[i]);
+        if (!(e <= num)) num = e;
+        if (fabs(b[i]) > den) den = fabs(b[i]);
+    }
+    return num / (den > 0 ? den : 1);
+}
+
+/* Training attention fwd + bwd on one shape, with and without sequence lengths. FP32 numerics:
+ * head dims 16/32/64/128 take the tiled kernels, others the per-row ones; within 1e-5 of the CPU.
+ * BF16 numerics: head dims that are multiples of 8 take the tensor-core path; the GPU must sit
+ * far closer to the CPU's BF16 result than the CPU's BF16 result is to its FP32 one (the BF16
+ * roundings happen at the same places; only FP32 summation order differs). */
+static void attention_case(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, const int32_t *len, fp4rl_att_numerics nm)
 {
     const int64_t nq = B * T * Hq * D, nk = B * T * Hkv * D;
     float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1), *out = malloc(nq * 4), *lse = malloc(B * Hq * T * 4);
+    float *out32 = malloc(nq * 4), *lse32 = malloc(B * Hq * T * 4);
     float *dq = upf(q, nq), *dk = upf(k, nk), *dv = upf(v, nk), *dout = upf(q, nq), *dlse = upf(lse, B * Hq * T);
     int32_t *dlen = upi(len, B);
-    printf("  attention B %lld T %lld Hq %lld Hkv %lld D %lld\n", (long long)B, (long long)T, (long long)Hq, (long long)Hkv, (long long)D);
+    const int bf = nm == FP4RL_ATT_BF16;
+    printf("  attention %s B %lld T %lld Hq %lld Hkv %lld D %lld\n", bf ? "BF16" : "FP32", (long long)B, (long long)T, (long long)Hq,
+           (long long)Hkv, (long long)D);
     for (int with_len = 0; with_len < 2; with_len++) {
         const int32_t *L = with_len ? len : NULL, *dL = with_len ? dlen : NULL;
-        C->attention_forward(cpu, out, lse, q, k, v, L, B, T, Hq, Hkv, D);
-        OKG(G->attention_forward(gpu, dout, dlse, dq, dk, dv, dL, B, T, Hq, Hkv, D));
-        cmp(with_len ? "attention_forward out (lengths)" : "attention_forward out", dout, out, nq, 1e-5);
+        C->attention_forward(cpu, out, lse, q, k, v, L, B, T, Hq, Hkv, D, nm);
+        C->attention_forward(cpu, out32, lse32, q, k, v, L, B, T, Hq, Hkv, D, FP4RL_ATT_FP32);
+        const double tol_f = bf ? host_gap(out, out32, nq) / 10 : 1e-5;
+        if (bf) ck_assert_msg(tol_f > 1e-5, "BF16 attention is no different from FP32 (gap %g)", tol_f * 10);
+        OKG(G->attention_forward(gpu, dout, dlse, dq, dk, dv, dL, B, T, Hq, Hkv, D, nm));
+        cmp(with_len ? "attention_forward out (lengths)" : "attention_forward out", dout, out, nq, tol_f);
         cmp("attention_forward lse", dlse, lse, B * Hq * T, 1e-5);
         float *go = rnd(nq, 1), *gq = rnd(nq, 1), *gk = rnd(nk, 1), *gv = rnd(nk, 1);
         float *dgo = upf(go, nq), *dgq = upf(gq, nq), *dgk = upf(gk, nk), *dgv = upf(gv, nk);
-        C->attention_backward(cpu, gq, gk, gv, go, q, k, v, out, lse, L, B, T, Hq, Hkv, D);
-        OKG(G->attention_backward(gpu, dgq, dgk, dgv, dgo, dq, dk, dv, dout, dlse, dL, B, T, Hq, Hkv, D));
-        cmp("attention_backward dq", dgq, gq, nq, 1e-5);
-        cmp("attention_backward dk", dgk, gk, nk, 1e-5);
-        cmp("attention_backward dv", dgv, gv, nk, 1e-5);
-        free(go), free(gq), free(gk), free(gv);
+        float *hq = dup_mem(gq, nq * 4), *hk = dup_mem(gk, nk * 4), *hv = dup_mem(gv, nk * 4);
+        C->attention_backward(cpu, gq, gk, gv, go, q, k, v, out, lse, L, B, T, Hq, Hkv, D, nm);
+        C->attention_backward(cpu, hq, hk, hv, go, q, k, v, out32, lse32, L, B, T, Hq, Hkv, D, FP4RL_ATT_FP32);
+        OKG(G->attention_backward(gpu, dgq, dgk, dgv, dgo, dq, dk, dv, dout, dlse, dL, B, T, Hq, Hkv, D, nm));
+        cmp("attention_backward dq", dgq, gq, nq, bf ? host_gap(gq, hq, nq) / 10 : 1e-5);
+        cmp("attention_backward dk", dgk, gk, nk, bf ? host_gap(gk, hk, nk) / 10 : 1e-5);
+        cmp("attention_backward dv", dgv, gv, nk, bf ? host_gap(gv, hv, nk) / 10 : 1e-5);
+        free(go), free(gq), free(gk), free(gv), free(hq), free(hk), free(hv);
         dfree(dgo), dfree(dgq), dfree(dgk), dfree(dgv);
     }
-    free(q), free(k), free(v), free(out), free(lse);
+    free(q), free(k), free(v), free(out), free(lse), free(out32), free(lse32);
     dfree(dq), dfree(dk), dfree(dv), dfree(dout), dfree(dlse), dfree(dlen);
 }
 
@@ -301,11 +324,16 @@ START_TEST(test_attention)
 {
     const int64_t B = 2, Hq = 4, Hkv = 2, D = 16;
     const int32_t len[2] = {9, 5}, len2[2] = {100, 37}, len3[2] = {40, 33}, len4[1] = {70};
-    attention_case(B, 9, Hq, Hkv, D, len);
-    attention_case(2, 100, 8, 2, 64, len2); /* several tiles, a padded one, groups of 4 */
-    attention_case(2, 40, 2, 2, 128, len3);
-    attention_case(1, 70, 4, 1, 32, len4);
-    attention_case(1, 70, 6, 3, 24, len4); /* the per-row kernels */
+    const int32_t len5[3] = {384, 200, 1};
+    for (int nm = FP4RL_ATT_FP32; nm <= FP4RL_ATT_BF16; nm++) {
+        attention_case(B, 9, Hq, Hkv, D, len, (fp4rl_att_numerics)nm);
+        attention_case(2, 100, 8, 2, 64, len2, (fp4rl_att_numerics)nm); /* several tiles, a padded one, groups of 4 */
+        attention_case(2, 40, 2, 2, 128, len3, (fp4rl_att_numerics)nm);
+        attention_case(1, 70, 4, 1, 32, len4, (fp4rl_att_numerics)nm);
+        attention_case(1, 70, 6, 3, 24, len4, (fp4rl_att_numerics)nm); /* FP32: the per-row kernels */
+        attention_case(1, 30, 4, 2, 12, len4, (fp4rl_att_numerics)nm); /* BF16: the per-row kernels */
+    }
+    attention_case(3, 384, 12, 2, 128, len5, FP4RL_ATT_BF16); /* Qwen2.5-1.5B's heads at an RL length */
     /* decode against a cache, and the cache writes */
     const int64_t Tm = 10, W = Hkv * D, nc = B * Tm * W;
     float *kc = rnd(nc, 1), *vc = rnd(nc, 1), *src = rnd(B * W, 1);
@@ -314,9 +342,11 @@ START_TEST(test_attention)
     OKG(G->kv_write(gpu, dkc, dsrc, B, Tm, W, 6));
     cmp("kv_write", dkc, kc, nc, 0);
     float *qd = rnd(B * Hq * D, 1), *od = malloc(B * Hq * D * 4), *dqd = upf(qd, B * Hq * D), *dod = upf(qd, B * Hq * D);
-    C->attention_decode(cpu, od, qd, kc, vc, B, Tm, 7, Hq, Hkv, D);
-    OKG(G->attention_decode(gpu, dod, dqd, dkc, dvc, B, Tm, 7, Hq, Hkv, D));
-    cmp("attention_decode", dod, od, B * Hq * D, 1e-5);
+    for (int nm = FP4RL_ATT_FP32; nm <= FP4RL_ATT_BF16; nm++) {
+        C->attention_decode(cpu, od, qd, kc, vc, B, Tm, 7, Hq, Hkv, D, (fp4rl_att_numerics)nm);
+        OKG(G->attention_decode(gpu, dod, dqd, dkc, dvc, B, Tm, 7, Hq, Hkv, D, (fp4rl_att_numerics)nm));
+        cmp(nm ? "attention_decode (BF16)" : "attention_decode", dod, od, B * Hq * D, 1e-5);
+    }
     free(kc), free(vc), free(src), free(qd), free(od);
     dfree(dkc), dfree(dvc), dfree(dsrc), dfree(dqd), dfree(dod);
 }

@@ -35,6 +35,9 @@
 extern "C" {
 #endif
 
+/* The numerics of an attention op (see attention_forward). */
+typedef enum fp4rl_att_numerics { FP4RL_ATT_FP32 = 0, FP4RL_ATT_BF16 = 1 } fp4rl_att_numerics;
+
 typedef struct fp4rl_ops {
     const char *name;
 
@@ -87,17 +90,24 @@ typedef struct fp4rl_ops {
      * h / (Hq / Hkv) (HF repeat_kv). lengths [B] (optional, NULL = all T): sequence b holds
      * tokens 0..lengths[b]-1 (right padding; clamped to [0, T]); later tokens are ignored:
      * they are never keys, their out rows are 0, their lse is 0 and they get no gradient.
-     * out[t] = sum_{s <= t} softmax_s(q[t].k[s] / sqrt(D)) v[s], in FP32.
-     * lse [B, Hq, T] (the row log-sum-exp of the scaled scores) is saved for backward, which
+     * out[t] = sum_{s <= t} p_s v[s], p_s = exp(x_s - lse), x_s = q[t].k[s] / sqrt(D).
+     * lse [B, Hq, T] (the row log-sum-exp of the scores x) is saved for backward, which
      * recomputes the probabilities (the FlashAttention interface: backward also takes out).
-     * Backward: dq, dk, dv += ... (all required). */
+     * Backward: dq, dk, dv += ... (all required); delta = dout . out, ds_s = p_s (dout . v[s] -
+     * delta) / sqrt(D), dq += sum_s ds_s k[s], dk[s] += ds_s q, dv[s] += p_s dout.
+     * Numerics (nm): FP4RL_ATT_FP32 runs all of it in FP32. FP4RL_ATT_BF16 is what the tensor cores
+     * compute, defined exactly so the CPU can be the reference: q, k, v and dout are rounded to
+     * BF16 (nearest even) first; scores, lse and the FP32 sums are as in FP32; p_s is rounded to
+     * BF16 after the exp (one pass for lse, a second for p: no online rescaling of p), and so is
+     * ds_s after its FP32 product; every product of two BF16 values is exact in FP32, so the two
+     * backends differ only in the order of FP32 sums (and what that changes in a BF16 rounding). */
     fp4rl_status (*attention_forward)(fp4rl_context *ctx, float *out, float *lse, const float *q, const float *k,
                                       const float *v, const int32_t *lengths, int64_t B, int64_t T, int64_t Hq,
-                                      int64_t Hkv, int64_t D);
+                                      int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
     fp4rl_status (*attention_backward)(fp4rl_context *ctx, float *dq, float *dk, float *dv, const float *dout,
                                        const float *q, const float *k, const float *v, const float *out,
                                        const float *lse, const int32_t *lengths, int64_t B, int64_t T, int64_t Hq,
-                                       int64_t Hkv, int64_t D);
+                                       int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
 
     /* ---- SwiGLU, elementwise over n: out = silu(gate) * up, silu(g) = g * sigmoid(g) -------- */
     fp4rl_status (*swiglu_forward)(fp4rl_context *ctx, float *out, const float *gate, const float *up, int64_t n);
@@ -163,9 +173,11 @@ typedef struct fp4rl_ops {
     fp4rl_status (*kv_write)(fp4rl_context *ctx, float *cache, const float *src, int64_t B, int64_t Tmax, int64_t W,
                              int64_t t);
     /* One query per sequence against its cached keys 0..len-1 (the current one included):
-     * q, out [B, Hq, D]; kc, vc [B, Tmax, Hkv, D]; softmax in FP32, scale 1/sqrt(D), GQA as above. */
+     * q, out [B, Hq, D]; kc, vc [B, Tmax, Hkv, D]; scale 1/sqrt(D), GQA and numerics as above, so a
+     * decode step gives the training forward's row (the same nm on both sides). */
     fp4rl_status (*attention_decode)(fp4rl_context *ctx, float *out, const float *q, const float *kc, const float *vc,
-                                     int64_t B, int64_t Tmax, int64_t len, int64_t Hq, int64_t Hkv, int64_t D);
+                                     int64_t B, int64_t Tmax, int64_t len, int64_t Hq, int64_t Hkv, int64_t D,
+                                     fp4rl_att_numerics nm);
     /* Rollout-ResQ sparsity on the quantized residual r [N, K], in place (recipes.md section 2):
      * FP4RL_RESQ_DENSE keeps all; _2_4 keeps the 2 largest magnitudes of every 4 consecutive
      * elements of a row (ties: lower index; a tail shorter than 4 keeps its 2 largest);

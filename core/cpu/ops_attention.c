@@ -1,16 +1,21 @@
 /* ops_attention.c - causal grouped-query attention with per-sequence lengths, FlashAttention's
  * interface without its tiling: forward saves only the row log-sum-exp, backward recomputes the
  * probabilities from q, k and lse. Plain loops, one query row at a time, so nothing is allocated
- * and every sum runs in a fixed order (bit-reproducible). */
+ * and every sum runs in a fixed order (bit-reproducible). In BF16 numerics (ops.h) every operand
+ * is rounded where it is read, which is what the GPU's tensor-core path computes. */
 #include <math.h>
 #include <string.h>
 
 #include "cpu/ops_cpu.h"
+#include "format/formats.h"
 
-static float dot(const float *a, const float *b, int64_t D)
+/* an operand as the numerics read it */
+static inline float opnd(float x, fp4rl_att_numerics nm) { return nm == FP4RL_ATT_BF16 ? fp4rl_round_bf16(x) : x; }
+
+static float dot(const float *a, const float *b, int64_t D, fp4rl_att_numerics nm)
 {
     float s = 0.0f;
-    for (int64_t d = 0; d < D; d++) s += a[d] * b[d];
+    for (int64_t d = 0; d < D; d++) s += opnd(a[d], nm) * opnd(b[d], nm);
     return s;
 }
 
@@ -24,13 +29,13 @@ static int64_t seq_len(const int32_t *lengths, int64_t b, int64_t T)
 }
 
 float fp4rl_cpu_attend_row(float *o, const float *q, const float *k, const float *v, int64_t stride, int64_t n_keys,
-                           int64_t D, float scale)
+                           int64_t D, float scale, fp4rl_att_numerics nm)
 {
     /* pass 1: running max and sum of exponentials (online softmax, so no row of scores is stored) */
     float m = -INFINITY;
     double sum = 0.0;
     for (int64_t s = 0; s < n_keys; s++) {
-        float x = scale * dot(q, k + s * stride, D);
+        float x = scale * dot(q, k + s * stride, D, nm);
         if (x > m) {
             sum = sum * exp((double)m - (double)x) + 1.0;
             m = x;
@@ -42,16 +47,16 @@ float fp4rl_cpu_attend_row(float *o, const float *q, const float *k, const float
     /* pass 2: out = sum_s p_s v_s with p_s = exp(x_s - lse), exactly as backward recomputes it */
     memset(o, 0, (size_t)D * sizeof(float));
     for (int64_t s = 0; s < n_keys; s++) {
-        float p = expf(scale * dot(q, k + s * stride, D) - row_lse);
+        float p = opnd(expf(scale * dot(q, k + s * stride, D, nm) - row_lse), nm);
         const float *vs = v + s * stride;
-        for (int64_t d = 0; d < D; d++) o[d] += p * vs[d];
+        for (int64_t d = 0; d < D; d++) o[d] += p * opnd(vs[d], nm);
     }
     return row_lse;
 }
 
 fp4rl_status fp4rl_cpu_attention_forward(fp4rl_context *ctx, float *out, float *lse, const float *q, const float *k,
                                          const float *v, const int32_t *lengths, int64_t B, int64_t T, int64_t Hq,
-                                         int64_t Hkv, int64_t D)
+                                         int64_t Hkv, int64_t D, fp4rl_att_numerics nm)
 {
     (void)ctx;
     const int64_t group = Hq / Hkv; /* query heads per kv head */
@@ -69,7 +74,7 @@ fp4rl_status fp4rl_cpu_attention_forward(fp4rl_context *ctx, float *out, float *
                 }
                 const int64_t kh = h / group;
                 const int64_t kv0 = (b * T * Hkv + kh) * D; /* key 0 of this sequence and kv head */
-                *l_out = fp4rl_cpu_attend_row(o, q + ((b * T + t) * Hq + h) * D, k + kv0, v + kv0, Hkv * D, t + 1, D, scale);
+                *l_out = fp4rl_cpu_attend_row(o, q + ((b * T + t) * Hq + h) * D, k + kv0, v + kv0, Hkv * D, t + 1, D, scale, nm);
             }
         }
     }
@@ -79,7 +84,7 @@ fp4rl_status fp4rl_cpu_attention_forward(fp4rl_context *ctx, float *out, float *
 fp4rl_status fp4rl_cpu_attention_backward(fp4rl_context *ctx, float *dq, float *dk, float *dv, const float *dout,
                                           const float *q, const float *k, const float *v, const float *out,
                                           const float *lse, const int32_t *lengths, int64_t B, int64_t T, int64_t Hq,
-                                          int64_t Hkv, int64_t D)
+                                          int64_t Hkv, int64_t D, fp4rl_att_numerics nm)
 {
     (void)ctx;
     const int64_t group = Hq / Hkv;
@@ -95,17 +100,18 @@ fp4rl_status fp4rl_cpu_attention_backward(fp4rl_context *ctx, float *dq, float *
                 const int64_t kh = h / group;
                 /* softmax backward: dS_s = p_s (dP_s - sum_r p_r dP_r), and the sum equals
                  * dout . out since out = sum_r p_r v_r and dP_r = dout . v_r */
-                const float delta = dot(dout_t, out + row, D);
+                float delta = 0.0f; /* dout (as the numerics read it) . out */
+                for (int64_t d = 0; d < D; d++) delta += opnd(dout_t[d], nm) * out[row + d];
                 for (int64_t s = 0; s <= t; s++) {
                     const int64_t kv = ((b * T + s) * Hkv + kh) * D;
                     const float *ks = k + kv, *vs = v + kv;
                     float *dks = dk + kv, *dvs = dv + kv;
-                    float p = expf(scale * dot(qt, ks, D) - row_lse);
-                    float ds = p * (dot(dout_t, vs, D) - delta) * scale; /* through the 1/sqrt(D) too */
+                    float p = opnd(expf(scale * dot(qt, ks, D, nm) - row_lse), nm);
+                    float ds = opnd(p * (dot(dout_t, vs, D, nm) - delta) * scale, nm); /* through the 1/sqrt(D) too */
                     for (int64_t d = 0; d < D; d++) {
-                        dqt[d] += ds * ks[d];
-                        dks[d] += ds * qt[d];
-                        dvs[d] += p * dout_t[d];
+                        dqt[d] += ds * opnd(ks[d], nm);
+                        dks[d] += ds * opnd(qt[d], nm);
+                        dvs[d] += p * opnd(dout_t[d], nm);
                     }
                 }
             }

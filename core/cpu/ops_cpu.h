@@ -29,12 +29,13 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_rope_backward(fp4rl_context *ctx, float *dx,
                                                   float theta);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_attention_forward(fp4rl_context *ctx, float *out, float *lse, const float *q,
                                                       const float *k, const float *v, const int32_t *lengths, int64_t B,
-                                                      int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
+                                                      int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
+                                                      fp4rl_att_numerics nm);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_attention_backward(fp4rl_context *ctx, float *dq, float *dk, float *dv,
                                                        const float *dout, const float *q, const float *k,
                                                        const float *v, const float *out, const float *lse,
                                                        const int32_t *lengths, int64_t B, int64_t T, int64_t Hq,
-                                                       int64_t Hkv, int64_t D);
+                                                       int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_swiglu_forward(fp4rl_context *ctx, float *out, const float *gate, const float *up,
                                                    int64_t n);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_swiglu_backward(fp4rl_context *ctx, float *dgate, float *dup, const float *dout,
@@ -72,7 +73,7 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_kv_write(fp4rl_context *ctx, float *cache, c
                                              int64_t W, int64_t t);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_attention_decode(fp4rl_context *ctx, float *out, const float *q, const float *kc,
                                                      const float *vc, int64_t B, int64_t Tmax, int64_t len, int64_t Hq,
-                                                     int64_t Hkv, int64_t D);
+                                                     int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_resq_mask(fp4rl_context *ctx, float *r, int64_t N, int64_t K, int pattern);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_sample_rows(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits,
                                                 int64_t B, int64_t V, float temperature, int64_t top_k, uint64_t seed,
@@ -84,9 +85,9 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_scale(fp4rl_context *ctx, float *x, int64_t 
 /* One query row of attention (ops_attention.c), shared by the training attention and the rollout's
  * decode attention so both do the same arithmetic in the same order: o = sum_s p_s v_s over the
  * n_keys keys k_s = k + s * stride (v likewise), p = softmax(scale * q.k) in FP32 with a double
- * running sum. Returns the row's log-sum-exp. */
+ * running sum, in numerics nm (ops.h). Returns the row's log-sum-exp. */
 FP4RL_HIDDEN float fp4rl_cpu_attend_row(float *o, const float *q, const float *k, const float *v, int64_t stride,
-                                        int64_t n_keys, int64_t D, float scale);
+                                        int64_t n_keys, int64_t D, float scale, fp4rl_att_numerics nm);
 
 /* core/cpu/ops_rollout_fast.c (rollout_act) and ops_linear.c (the BF16-operand layer, packing) */
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned long long *counts,

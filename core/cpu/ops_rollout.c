@@ -18,7 +18,8 @@ fp4rl_status fp4rl_cpu_kv_write(fp4rl_context *ctx, float *cache, const float *s
 }
 
 fp4rl_status fp4rl_cpu_attention_decode(fp4rl_context *ctx, float *out, const float *q, const float *kc, const float *vc,
-                                        int64_t B, int64_t Tmax, int64_t len, int64_t Hq, int64_t Hkv, int64_t D)
+                                        int64_t B, int64_t Tmax, int64_t len, int64_t Hq, int64_t Hkv, int64_t D,
+                                        fp4rl_att_numerics nm)
 {
     (void)ctx;
     const int64_t group = Hq / Hkv;
@@ -26,7 +27,7 @@ fp4rl_status fp4rl_cpu_attention_decode(fp4rl_context *ctx, float *out, const fl
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++) {
             const int64_t kv0 = (b * Tmax * Hkv + h / group) * D;
-            fp4rl_cpu_attend_row(out + (b * Hq + h) * D, q + (b * Hq + h) * D, kc + kv0, vc + kv0, Hkv * D, len, D, scale);
+            fp4rl_cpu_attend_row(out + (b * Hq + h) * D, q + (b * Hq + h) * D, kc + kv0, vc + kv0, Hkv * D, len, D, scale, nm);
         }
     return FP4RL_OK;
 }

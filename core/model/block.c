@@ -8,6 +8,12 @@
 #define G(l, k) fp4rl_model_g(m, fp4rl_model_lp((int)(l), k))
 #define TRY(call) do { if ((st = (call)) != FP4RL_OK) return st; } while (0)
 
+fp4rl_att_numerics fp4rl_attention_numerics(const fp4rl_model *m, int rollout)
+{
+    const int64_t n = fp4rl_policy_value(m->policy, rollout ? FP4RL_QP_ROLLOUT_NUMERICS : FP4RL_QP_TRAIN_NUMERICS);
+    return n == FP4RL_NUMERICS_FP32 ? FP4RL_ATT_FP32 : FP4RL_ATT_BF16;
+}
+
 fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_batch *bt, fp4rl_block_acts *A, float *x_in,
                                  float *x_out)
 {
@@ -48,7 +54,8 @@ fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_ba
     }
     TRY(ops->rope_forward(ctx, A->q, A->q, bt->pos, N, Hq, D, theta));
     TRY(ops->rope_forward(ctx, A->k, A->k, bt->pos, N, Hkv, D, theta));
-    TRY(ops->attention_forward(ctx, A->att, A->lse, A->q, A->k, A->v, bt->len, bt->B, bt->T, Hq, Hkv, D));
+    TRY(ops->attention_forward(ctx, A->att, A->lse, A->q, A->k, A->v, bt->len, bt->B, bt->T, Hq, Hkv, D,
+                                 fp4rl_attention_numerics(m, 0)));
     TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_O], o, A->att, W(l, FP4RL_LP_O_W), NULL, N, QD, C, NULL));
     TRY(ops->residual_forward(ctx, A->x1, x_in, o, N * C));
     TRY(ops->rmsnorm_forward(ctx, A->ln2, A->rstd2, A->x1, W(l, FP4RL_LP_LN2), N, C, eps));
@@ -124,7 +131,8 @@ fp4rl_status fp4rl_block_backward(fp4rl_model *m, int64_t l, const fp4rl_block_b
     fp4rl_arena_release(&g, dres_o);
     float *dq = ZEROS(N * QD), *dk = ZEROS(N * KD), *dv = ZEROS(N * KD);
     if ((st = g.st)) goto done;
-    TRYG(ops->attention_backward(ctx, dq, dk, dv, datt, A->q, A->k, A->v, A->att, A->lse, bt->len, bt->B, bt->T, Hq, Hkv, D));
+    TRYG(ops->attention_backward(ctx, dq, dk, dv, datt, A->q, A->k, A->v, A->att, A->lse, bt->len, bt->B, bt->T, Hq, Hkv, D,
+                                    fp4rl_attention_numerics(m, 0)));
     fp4rl_arena_release(&g, datt);
     TRYG(ops->rope_backward(ctx, dq, dq, bt->pos, N, Hq, D, theta));
     TRYG(ops->rope_backward(ctx, dk, dk, bt->pos, N, Hkv, D, theta));

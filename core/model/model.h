@@ -108,6 +108,10 @@ typedef struct fp4rl_linear_saved {
  * (FP32 in FP32 numerics). */
 FP4RL_HIDDEN fp4rl_linear_spec fp4rl_block_linear_spec(const fp4rl_model *m, int is_qk, int rollout);
 FP4RL_HIDDEN fp4rl_linear_spec fp4rl_head_linear_spec(const fp4rl_model *m, int rollout);
+/* The attention's numerics in training (rollout = 0) or the rollout: FP32 in FP32 numerics, else
+ * BF16 operands (the tensor cores'; PyTorch's BF16 SDPA rounds the same operands), so a BF16
+ * rollout and a BF16 trainer compute the same attention (core/model/block.c). */
+FP4RL_HIDDEN fp4rl_att_numerics fp4rl_attention_numerics(const fp4rl_model *m, int rollout);
 /* dst [rows, cols] = the GEMM operand of src for `role`, blocked along the rows (along_rows) or
  * the last dim. */
 /* 1 when the GEMM operand of `role` is exactly BF16-representable (BF16 numerics, or MXFP4 / HiF4

@@ -174,6 +174,7 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
 
     /* 1. sync: the rollout copy of every weight, from the FP32 master weights */
     fp4rl_linear_spec s_qk = fp4rl_block_linear_spec(m, 1, 1), s_blk = fp4rl_block_linear_spec(m, 0, 1);
+    const fp4rl_att_numerics att_nm = fp4rl_attention_numerics(m, 1);
     fp4rl_linear_spec s_head = fp4rl_head_linear_spec(m, 1);
     const fast_plan f_qk = plan_fast(m, &s_qk, resq), f_blk = plan_fast(m, &s_blk, resq), f_head = plan_fast(m, &s_head, 0);
     float **wq = calloc((size_t)(L * R_COUNT + 1), sizeof(float *));
@@ -274,7 +275,7 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
             TRY(ops->rope_forward(ctx, k, k, d_pos, B, Hkv, D, theta));
             TRY(ops->kv_write(ctx, kc[l], k, B, Tmax, KD, t));
             TRY(ops->kv_write(ctx, vc[l], v, B, Tmax, KD, t));
-            TRY(ops->attention_decode(ctx, att, q, kc[l], vc[l], B, Tmax, t + 1, Hq, Hkv, D));
+            TRY(ops->attention_decode(ctx, att, q, kc[l], vc[l], B, Tmax, t + 1, Hq, Hkv, D, att_nm));
             TRY(LIN(&s_blk, R_O, o, att, NULL, QD, C, NULL));
             TRY(ops->residual_forward(ctx, x1, x, o, B * C));
             TRY(ops->rmsnorm_forward(ctx, ln, rstd, x1, W(l, FP4RL_LP_LN2), B, C, eps));
