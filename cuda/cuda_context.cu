@@ -61,7 +61,11 @@ fp4rl_status fp4rl_cuda_enter(fp4rl_context *ctx)
 
 /* ---- memory ops of the backend table ---- */
 static fp4rl_status cuda_alloc(fp4rl_context *ctx, void **p, size_t bytes) { return fp4rl_cuda_alloc_bytes(ctx, p, bytes); }
-static void cuda_free(fp4rl_context *ctx, void *p) { fp4rl_cuda_free_bytes(ctx, p); }
+static void cuda_free(fp4rl_context *ctx, void *p)
+{
+    if (fp4rl_block_defer_free(ctx, p)) return; /* a block views still use goes with the last view */
+    fp4rl_cuda_free_bytes(ctx, p);
+}
 
 static fp4rl_status cuda_upload(fp4rl_context *ctx, void *dst, const void *src, size_t bytes)
 {
@@ -100,6 +104,9 @@ static void release(fp4rl_cuda *cu)
     if (!cu) return;
     cudaSetDevice(cu->device);
     if (cu->stream) cudaStreamSynchronize(cu->stream); /* queued work may still use the blocks */
+    /* A caller's stream may carry other work too, and the context's own may be the one set:
+     * waiting for both keeps every kernel of this context done before its memory goes. */
+    if (cu->own_stream && cu->own_stream != cu->stream) cudaStreamSynchronize(cu->own_stream);
     fp4rl_cuda_gemm_destroy(cu);
     if (cu->lt) cublasLtDestroy(cu->lt);
     if (cu->lt_workspace) cudaFree(cu->lt_workspace);
@@ -107,7 +114,8 @@ static void release(fp4rl_cuda *cu)
     if (cu->scratch_host) cudaFreeHost(cu->scratch_host);
     if (cu->counters) cudaFree(cu->counters);
     fp4rl_cuda_alloc_destroy(cu);
-    if (cu->stream) cudaStreamDestroy(cu->stream);
+    if (cu->order_event) cudaEventDestroy(cu->order_event);
+    if (cu->own_stream) cudaStreamDestroy(cu->own_stream); /* never the caller's stream */
     cudaGetLastError(); /* a poisoned context fails all of the above; nothing more to do */
     free(cu);
 }
@@ -122,6 +130,74 @@ static void cuda_context_destroy(fp4rl_context *ctx)
     }
     release(cu);
     ctx->impl = NULL;
+}
+
+/* ---- streams (fp4rl_context_set_stream) ---- */
+static fp4rl_status cuda_set_stream(fp4rl_context *ctx, void *stream)
+{
+    const char *fn = "fp4rl_context_set_stream";
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    fp4rl_status st = fp4rl_cuda_enter(ctx);
+    if (st) return st;
+    cudaStream_t next = stream ? static_cast<cudaStream_t>(stream) : cu->own_stream;
+    if (next == cu->stream) return FP4RL_OK;
+    cudaError_t err = cudaSuccess;
+    if (!cu->order_event) {
+        err = cudaEventCreateWithFlags(&cu->order_event, cudaEventDisableTiming);
+        if (err != cudaSuccess) {
+            cu->order_event = nullptr;
+            return fp4rl_cuda_fail(ctx, err, "fp4rl_context_set_stream: cudaEventCreate");
+        }
+    }
+    /* Recording this device's event into `next` fails for a stream of another device or an invalid
+     * handle: the check, before anything changes. */
+    err = cudaEventRecord(cu->order_event, next);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky */
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: stream %p is not a usable stream of CUDA device %d (%s: %s)", fn, stream, cu->device,
+                          cudaGetErrorName(err), cudaGetErrorString(err));
+    }
+    /* Everything queued on the old stream (kernels, and blocks freed to the caching allocator,
+     * whose reuse relies on one stream's order) happens before anything on the new one. */
+    err = cudaEventRecord(cu->order_event, cu->stream);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(next, cu->order_event, 0);
+    if (err != cudaSuccess) return fp4rl_cuda_fail(ctx, err, "fp4rl_context_set_stream: ordering the new stream after the old one");
+    cu->stream = next;
+    return FP4RL_OK;
+}
+
+static fp4rl_status cuda_synchronize(fp4rl_context *ctx)
+{
+    fp4rl_status st = fp4rl_cuda_enter(ctx);
+    if (st) return st;
+    cudaError_t err = cudaStreamSynchronize(fp4rl_cuda_of(ctx)->stream);
+    return err == cudaSuccess ? FP4RL_OK : fp4rl_cuda_fail(ctx, err, "waiting for the context's stream");
+}
+
+/* Wrapped memory must be this GPU's device memory (or managed memory): host memory, even pinned,
+ * and another GPU's memory are refused. The first and the last byte are both checked, which
+ * catches a size that runs past the allocation into unmapped space. */
+static fp4rl_status cuda_check_memory(fp4rl_context *ctx, const void *p, size_t bytes, const char *fn)
+{
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    fp4rl_status st = fp4rl_cuda_enter(ctx);
+    if (st) return st;
+    const void *ends[2] = {p, static_cast<const char *>(p) + (bytes ? bytes - 1 : 0)};
+    for (int i = 0; i < 2; i++) {
+        cudaPointerAttributes a;
+        cudaError_t err = cudaPointerGetAttributes(&a, ends[i]);
+        if (err != cudaSuccess) {
+            (void)cudaGetLastError(); /* an unknown pointer is not sticky */
+            return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %p is not memory CUDA knows (%s)", fn, ends[i], cudaGetErrorString(err));
+        }
+        if (a.type == cudaMemoryTypeManaged) continue;
+        if (a.type != cudaMemoryTypeDevice)
+            return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %p is %s memory; a CUDA context wraps device memory of its GPU %d", fn, ends[i],
+                              a.type == cudaMemoryTypeHost ? "pinned host" : "host", cu->device);
+        if (a.device != cu->device)
+            return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %p is memory of GPU %d; this context is on GPU %d", fn, ends[i], a.device, cu->device);
+    }
+    return FP4RL_OK;
 }
 
 static const fp4rl_backend cuda_backend = {
@@ -141,6 +217,9 @@ static const fp4rl_backend cuda_backend = {
     fp4rl_cuda_memory_stats,
     fp4rl_cuda_memory_available,
     (size_t)2 << 30, /* head_chunk_max: ~600 rows of 151,936 FP32 logits and their gradients */
+    cuda_set_stream,
+    cuda_check_memory,
+    cuda_synchronize,
 };
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20) /* what cuBLASLt suggests for Hopper */
@@ -168,12 +247,14 @@ extern "C" fp4rl_status fp4rl_cuda_context_init(fp4rl_context *ctx, int ordinal)
     const char *step = "cudaSetDevice";
     err = cudaSetDevice(ordinal);
     if (err == cudaSuccess) step = "cudaGetDeviceProperties", err = cudaGetDeviceProperties(&prop, ordinal);
-    if (err == cudaSuccess) step = "cudaStreamCreate", err = cudaStreamCreate(&cu->stream);
+    if (err == cudaSuccess) step = "cudaStreamCreate", err = cudaStreamCreate(&cu->own_stream);
+    cu->stream = cu->own_stream;
     if (err == cudaSuccess) step = "cudaMalloc (cuBLASLt workspace)", err = cudaMalloc(&cu->lt_workspace, LT_WORKSPACE_BYTES);
     if (err == cudaSuccess) step = "cudaMalloc (scratch)", err = cudaMalloc((void **)&cu->scratch_dev, 64);
     if (err == cudaSuccess) step = "cudaMallocHost (scratch)", err = cudaMallocHost((void **)&cu->scratch_host, 64);
     if (err == cudaSuccess) step = "cudaMalloc (counters)", err = cudaMalloc((void **)&cu->counters, SPLITK_COUNTERS * sizeof(unsigned));
-    if (err == cudaSuccess) step = "cudaMemset (counters)", err = cudaMemset(cu->counters, 0, SPLITK_COUNTERS * sizeof(unsigned));
+    /* on the context's stream like all of its work, so a caller's stream set later is ordered after it */
+    if (err == cudaSuccess) step = "cudaMemsetAsync (counters)", err = cudaMemsetAsync(cu->counters, 0, SPLITK_COUNTERS * sizeof(unsigned), cu->stream);
     if (err != cudaSuccess) {
         fp4rl_status st = err == cudaErrorMemoryAllocation
                               ? fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory on CUDA device %d at %s", fn, ordinal, step)

@@ -67,7 +67,9 @@ typedef struct fp4rl_cuda {
     int device;
     int cc_major, cc_minor, sm_count;
     size_t l2_bytes;
-    cudaStream_t stream;
+    cudaStream_t stream;     /* where all of the context's work goes: own_stream or the caller's */
+    cudaStream_t own_stream; /* the context's own stream, created and destroyed with it */
+    cudaEvent_t order_event; /* orders a stream switch (fp4rl_context_set_stream); made on first use */
     fp4rl_cuda_alloc alloc;
     cublasLtHandle_t lt;
     void *lt_workspace;

@@ -443,7 +443,8 @@ fp4rl_status fp4rl_cuda_decode_gemm_split(fp4rl_context *ctx, fp4rl_tensor *c, c
         if ((size_t)rblocks > cu->counters_len) { /* cudaFree waits for the kernels using the old array */
             unsigned *nc = NULL;
             cudaError_t err = cudaMalloc((void **)&nc, (size_t)rblocks * sizeof(unsigned));
-            if (err == cudaSuccess) err = cudaMemset(nc, 0, (size_t)rblocks * sizeof(unsigned));
+            /* zeroed in the context's stream order, like everything the kernel below reads */
+            if (err == cudaSuccess) err = cudaMemsetAsync(nc, 0, (size_t)rblocks * sizeof(unsigned), cu->stream);
             if (err != cudaSuccess) {
                 cudaFree(nc);
                 return fp4rl_cuda_fail(ctx, err, "fp4rl_matmul: split-K counters");

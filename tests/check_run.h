@@ -4,6 +4,8 @@
 #include <check.h>
 #include <stdlib.h>
 
+#include <fp4rl/fp4rl.h>
+
 static inline int fp4rl_check_run(Suite *s)
 {
     SRunner *sr = srunner_create(s);
@@ -13,10 +15,18 @@ static inline int fp4rl_check_run(Suite *s)
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
-/* GPU suites: 0 when a CUDA context can be made, else prints why `name` is skipped and returns
- * ctest's skip code 77. Needs fp4rl.h included before this header. */
-#ifdef FP4RL_H
 #include <stdio.h>
+/* The call returns `want`, and a failure leaves a message. */
+#define FP4RL_EXPECT(call, want)                                                                     \
+    do {                                                                                             \
+        fp4rl_status st_ = (call);                                                                   \
+        ck_assert_msg(st_ == (want), "%s returned %s, expected %s (%s)", #call, fp4rl_status_name(st_), \
+                      fp4rl_status_name(want), fp4rl_last_error());                                  \
+        if ((want) != FP4RL_OK) ck_assert_msg(fp4rl_last_error()[0] != 0, "%s: empty message", #call); \
+    } while (0)
+
+/* GPU suites: 0 when a CUDA context can be made, else prints why `name` is skipped and returns
+ * ctest's skip code 77. */
 static inline int fp4rl_gpu_or_skip(const char *name)
 {
     fp4rl_context *probe;
@@ -27,7 +37,6 @@ static inline int fp4rl_gpu_or_skip(const char *name)
     fp4rl_context_destroy(probe);
     return 0;
 }
-#endif
 
 /* ||a - b||_2 / ||b||_2 (b all zero: ||a - b||_2), in double: the normwise error of the GPU suites. */
 #include <math.h>

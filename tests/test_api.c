@@ -18,13 +18,7 @@ static void setup(void) { ck_assert_int_eq(fp4rl_context_create(&ctx, FP4RL_DEVI
 static void teardown(void) { fp4rl_context_destroy(ctx); }
 
 /* The call returns `want` and leaves a message. */
-#define EXPECT(call, want)                                                                           \
-    do {                                                                                             \
-        fp4rl_status st_ = (call);                                                                   \
-        ck_assert_msg(st_ == (want), "%s returned %s, expected %s (%s)", #call, fp4rl_status_name(st_), \
-                      fp4rl_status_name(want), fp4rl_last_error());                                  \
-        if ((want) != FP4RL_OK) ck_assert_msg(fp4rl_last_error()[0] != 0, "%s: empty message", #call); \
-    } while (0)
+#define EXPECT FP4RL_EXPECT /* check_run.h */
 
 static fp4rl_tensor *f32_tensor(int64_t r, int64_t c, float fill)
 {

@@ -15,13 +15,7 @@
 
 #include "model/hf_config.h"
 
-#define EXPECT(call, want)                                                                              \
-    do {                                                                                                \
-        fp4rl_status st_ = (call);                                                                      \
-        ck_assert_msg(st_ == (want), "%s returned %s, expected %s (%s)", #call, fp4rl_status_name(st_), \
-                      fp4rl_status_name(want), fp4rl_last_error());                                     \
-        if ((want) != FP4RL_OK) ck_assert_msg(fp4rl_last_error()[0] != 0, "%s: empty message", #call); \
-    } while (0)
+#define EXPECT FP4RL_EXPECT /* check_run.h */
 
 /* Qwen2.5-0.5B-Instruct's config.json, as published. */
 static const char *QWEN25_05B =

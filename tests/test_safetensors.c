@@ -25,13 +25,7 @@
 
 #include "io/safetensors.h"
 
-#define EXPECT(call, want)                                                                              \
-    do {                                                                                                \
-        fp4rl_status st_ = (call);                                                                      \
-        ck_assert_msg(st_ == (want), "%s returned %s, expected %s (%s)", #call, fp4rl_status_name(st_), \
-                      fp4rl_status_name(want), fp4rl_last_error());                                     \
-        if ((want) != FP4RL_OK) ck_assert_msg(fp4rl_last_error()[0] != 0, "%s: empty message", #call); \
-    } while (0)
+#define EXPECT FP4RL_EXPECT /* check_run.h */
 #define HAS(substr) ck_assert_msg(strstr(fp4rl_last_error(), (substr)), "message '%s' lacks '%s'", fp4rl_last_error(), (substr))
 
 static float bits_f(uint32_t u)

@@ -29,7 +29,7 @@ static fp4rl_status cpu_alloc(fp4rl_context *ctx, void **p, size_t bytes)
 }
 static void cpu_free(fp4rl_context *ctx, void *p)
 {
-    if (!p) return;
+    if (!p || fp4rl_block_defer_free(ctx, p)) return; /* a block views still use goes with the last view */
     ((cpu_mem *)ctx->impl)->in_use -= malloc_usable_size(p); /* p came from cpu_alloc: impl exists */
     free(p);
 }

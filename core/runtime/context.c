@@ -39,6 +39,7 @@ fp4rl_status fp4rl_context_create(fp4rl_context **out, fp4rl_device device, int 
 void fp4rl_context_destroy(fp4rl_context *ctx)
 {
     if (!ctx) return;
+    fp4rl_block_list_destroy(ctx); /* before the backend's memory goes */
     ctx->be->context_destroy(ctx);
     free(ctx);
 }

@@ -53,6 +53,8 @@ typedef struct fp4rl_qparams {
     uint64_t seed, offset;
 } fp4rl_qparams;
 
+typedef enum fp4rl_storage { FP4RL_STORAGE_OWNED = 0, FP4RL_STORAGE_WRAPPED, FP4RL_STORAGE_VIEW } fp4rl_storage;
+
 struct fp4rl_tensor {
     fp4rl_context *ctx;
     fp4rl_dtype dtype;
@@ -65,6 +67,13 @@ struct fp4rl_tensor {
     size_t scales_bytes;
     float tensor_scale;/* NVFP4's g; 1 otherwise */
     fp4rl_qdesc q;     /* quantized only */
+    /* Where `data` came from (core/tensor/tensor_wrap.c): the library's own allocation (OWNED),
+     * the caller's memory (WRAPPED: release(release_ctx) when destroyed, never freed here), or a
+     * view into a block of the context that `retained` keeps alive (VIEW: a model parameter). */
+    fp4rl_storage storage;
+    void (*release)(void *);
+    void *release_ctx;
+    void *retained;    /* VIEW: the block base passed to fp4rl_block_retain */
 };
 
 /* What a collective of the backend's communicator reduces, and how (see fp4rl_backend.allreduce). */
@@ -112,7 +121,23 @@ typedef struct fp4rl_backend {
      * CPU's GEMM is as fast on 80 rows as on 1000, a GPU's is not, and its row reductions need
      * rows enough to fill the device. */
     size_t head_chunk_max;
+    /* Optional (NULL: the backend has no streams, the CPU). Orders all of the context's later work
+     * on `stream` (a cudaStream_t; NULL = the backend's own), after all of its earlier work. */
+    fp4rl_status (*set_stream)(fp4rl_context *ctx, void *stream);
+    /* Optional (NULL: host memory, not checkable). FP4RL_OK when [p, p + bytes) is memory of the
+     * context's device; else a clear error naming `fn`. */
+    fp4rl_status (*check_memory)(fp4rl_context *ctx, const void *p, size_t bytes, const char *fn);
+    /* Optional (NULL: work is done when a call returns). Waits until the context's queued work is
+     * done (before caller memory is handed back through a wrapped tensor's release). */
+    fp4rl_status (*synchronize)(fp4rl_context *ctx);
 } fp4rl_backend;
+
+/* A block of device memory that views keep alive (core/tensor/tensor_wrap.c). */
+typedef struct fp4rl_retained_block {
+    void *ptr;
+    int64_t refs;
+    int free_pending; /* its owner freed it while views existed: freed when the last view goes */
+} fp4rl_retained_block;
 
 struct fp4rl_context {
     fp4rl_device device;
@@ -129,6 +154,9 @@ struct fp4rl_context {
     int rank, world_size;
     int comm;
     size_t mem_budget; /* tests: when non-zero, the bytes automatic micro-batch sizing assumes free */
+    /* blocks views hold (fp4rl_model_param_tensor): a short list, usually empty */
+    fp4rl_retained_block *retained;
+    int n_retained, cap_retained;
 };
 
 FP4RL_HIDDEN extern const fp4rl_backend fp4rl_cpu_backend;
@@ -179,6 +207,21 @@ FP4RL_HIDDEN void fp4rl_rows_cols(int ndim, const int64_t *dims, int64_t *rows, 
 FP4RL_HIDDEN fp4rl_status fp4rl_tensor_to_cpu(fp4rl_tensor **out, fp4rl_context *host, const fp4rl_tensor *t);
 /* Overflow-checked a * b into *r. */
 FP4RL_HIDDEN bool fp4rl_mul_ok(size_t a, size_t b, size_t *r);
+/* Validates a dense shape (1..FP4RL_MAX_DIMS dims, each >= 1, bytes fit) and computes numel. */
+FP4RL_HIDDEN fp4rl_status fp4rl_check_shape(int ndim, const int64_t *shape, int64_t *numel, const char *fn);
+
+/* ---- core/tensor/tensor_wrap.c: blocks kept alive by views ----
+ * A view (fp4rl_model_param_tensor) retains the block it points into; the backend's free of a
+ * retained block (the model destroyed first) only marks it, and the last view's release frees it.
+ * Backends call fp4rl_block_defer_free first thing in their `free`: true = keep the block. */
+FP4RL_HIDDEN fp4rl_status fp4rl_block_retain(fp4rl_context *ctx, void *block);
+FP4RL_HIDDEN void fp4rl_block_release(fp4rl_context *ctx, void *block);
+FP4RL_HIDDEN bool fp4rl_block_defer_free(fp4rl_context *ctx, void *block);
+/* Frees blocks still pending at context destruction (their views outlived the rules) and the list. */
+FP4RL_HIDDEN void fp4rl_block_list_destroy(fp4rl_context *ctx);
+/* Hands back the storage of a WRAPPED or VIEW tensor (fp4rl_tensor_destroy calls it): waits for the
+ * context's queued work, then calls the caller's release; a view releases its block. */
+FP4RL_HIDDEN void fp4rl_tensor_unwrap(fp4rl_tensor *t);
 
 #ifdef __cplusplus
 }

@@ -85,7 +85,7 @@ fp4rl_status fp4rl_check_tensor(const fp4rl_tensor *t, const char *fn, const cha
 }
 
 /* Validates a shape and computes numel; the byte size of every dtype must fit a size_t. */
-static fp4rl_status check_shape(int ndim, const int64_t *shape, int64_t *numel, const char *fn)
+fp4rl_status fp4rl_check_shape(int ndim, const int64_t *shape, int64_t *numel, const char *fn)
 {
     if (ndim < 1 || ndim > FP4RL_MAX_DIMS)
         return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: ndim is %d; it must be 1 to %d", fn, ndim, FP4RL_MAX_DIMS);
@@ -108,7 +108,7 @@ fp4rl_status fp4rl_tensor_alloc(fp4rl_tensor **out, fp4rl_context *ctx, fp4rl_dt
                                 const fp4rl_qdesc *q, const char *fn)
 {
     int64_t numel;
-    fp4rl_status st = check_shape(ndim, dims, &numel, fn);
+    fp4rl_status st = fp4rl_check_shape(ndim, dims, &numel, fn);
     if (st) return st;
     fp4rl_tensor *t = calloc(1, sizeof *t);
     if (!t) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -138,6 +138,11 @@ fp4rl_status fp4rl_tensor_alloc(fp4rl_tensor **out, fp4rl_context *ctx, fp4rl_dt
 void fp4rl_tensor_destroy(fp4rl_tensor *t)
 {
     if (!t) return;
+    if (t->storage != FP4RL_STORAGE_OWNED) { /* the caller's memory, or a view: core/tensor/tensor_wrap.c */
+        fp4rl_tensor_unwrap(t);
+        free(t);
+        return;
+    }
     if (t->data) t->ctx->be->free(t->ctx, t->data);
     if (t->scales) t->ctx->be->free(t->ctx, t->scales);
     free(t);
@@ -258,7 +263,7 @@ fp4rl_status fp4rl_tensor_import_quantized(fp4rl_tensor **out, fp4rl_context *ct
                           fp4rl_dtype_name(dtype), dtype == FP4RL_DTYPE_HIF4 ? "64" : "16, 32, 64");
     if (!codes || !scales) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: codes or scales is NULL", fn);
     int64_t numel, rows, cols;
-    st = check_shape(ndim, shape, &numel, fn);
+    st = fp4rl_check_shape(ndim, shape, &numel, fn);
     if (st) return st;
     fp4rl_rows_cols(ndim, shape, &rows, &cols);
     fp4rl_qdesc d;

@@ -631,6 +631,46 @@ FP4RL_API fp4rl_status fp4rl_rl_session_save(const fp4rl_rl_session *s, const ch
  * before FP4RL_RL_ALLREDUCE_BF16 existed load with the session's current value of it. */
 FP4RL_API fp4rl_status fp4rl_rl_session_load(fp4rl_rl_session *s, const char *dir);
 
+/* ---------------------------------------------------------------------------------------------
+ * Zero-copy tensors and streams (for frameworks: DLPack, PyTorch, CuPy, JAX)
+ * ------------------------------------------------------------------------------------------- */
+/* Wraps the caller's dense memory as an fp4rl tensor without copying: `data` holds prod(shape)
+ * elements of `dtype` (F32, BF16 or I32) in the memory of the context's device (host memory for a
+ * CPU context; device memory of the context's GPU, or managed memory, for a CUDA context, which is
+ * checked). `strides` are in elements, one per dim; NULL means row-major contiguous. Only
+ * contiguous layouts are taken (the stride of a dim of size 1 does not matter); any other strides
+ * are FP4RL_ERR_INVALID_ARGUMENT (copy the array to a contiguous one first). `data` must be
+ * aligned to the element size on the CPU and to 256 bytes on a GPU (the alignment of fp4rl's own
+ * device allocations, which its kernels and cuBLASLt plans assume; a fresh PyTorch or CuPy
+ * allocation is, a slice at an offset may not be): else FP4RL_ERR_INVALID_ARGUMENT.
+ * The memory stays the caller's: fp4rl reads and writes it in place and never frees it. When the
+ * tensor is destroyed fp4rl waits for the context's queued work, then calls release(release_ctx)
+ * (release may be NULL), exactly once. On failure no tensor is made and release is not called.
+ * The caller keeps the memory valid until then, and orders its own use of it against the
+ * context's stream (fp4rl_context_set_stream). */
+FP4RL_API fp4rl_status fp4rl_tensor_wrap(fp4rl_tensor **out, fp4rl_context *ctx, fp4rl_dtype dtype, int ndim,
+                                         const int64_t *shape, const int64_t *strides, void *data,
+                                         void (*release)(void *), void *release_ctx);
+/* The address of a dense tensor's elements (row-major, contiguous) in the memory of its context's
+ * device: for handing it to other frameworks. Valid until the tensor is destroyed. NULL for a
+ * NULL or quantized tensor, with fp4rl_last_error() saying why. */
+FP4RL_API void *fp4rl_tensor_data(const fp4rl_tensor *t);
+/* Orders all later work of a CUDA context on `cuda_stream` (a cudaStream_t of the context's GPU,
+ * e.g. PyTorch's current stream), after all of the context's earlier work (the switch is an event
+ * on the old stream that the new one waits for; nothing blocks the host). NULL goes back to the
+ * context's own stream; to use CUDA's legacy default stream pass cudaStreamLegacy ((void *)1).
+ * The stream must stay valid while it is set: set NULL (or destroy the context, which waits for
+ * the stream) before destroying it. A stream of another GPU is FP4RL_ERR_INVALID_ARGUMENT.
+ * A CPU context takes NULL (nothing to do); any other value is FP4RL_ERR_UNSUPPORTED. */
+FP4RL_API fp4rl_status fp4rl_context_set_stream(fp4rl_context *ctx, void *cuda_stream);
+/* A dense F32 view (no copy) of the master weight `name` (HF names, as fp4rl_model_param_name) on
+ * the model's device: its elements are the weights themselves, so writing through it changes the
+ * model, and the optimizer's updates show in it. Destroy it with fp4rl_tensor_destroy. The view
+ * keeps the weights' memory alive: destroying the model first is safe, and the memory is freed
+ * with the last view; the view must not outlive the model's context. Unknown names are
+ * FP4RL_ERR_INVALID_ARGUMENT. */
+FP4RL_API fp4rl_status fp4rl_model_param_tensor(fp4rl_model *m, const char *name, fp4rl_tensor **out);
+
 #ifdef __cplusplus
 }
 #endif
