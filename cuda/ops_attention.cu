@@ -218,7 +218,7 @@ fp4rl_status fp4rl_cuda_attention_forward(fp4rl_context *ctx, float *out, float 
     if (st) return st;
     const float scale = 1.0f / sqrtf((float)D);
     const int bf = nm == FP4RL_ATT_BF16;
-    if (bf && fp4rl_cuda_attention_gemm_ok(D))
+    if (bf && fp4rl_cuda_attention_gemm_ok(D) && aligned16(q, k, v) && aligned16(out, out, out))
         return fp4rl_cuda_attention_forward_gemm(ctx, s, out, lse, q, k, v, lengths, B, T, Hq, Hkv, D, scale);
     if (!bf && fp4rl_cuda_attention_tiled_ok(B, Hq, D) && aligned16(q, k, v))
         return fp4rl_cuda_attention_forward_tiled(ctx, s, out, lse, q, k, v, lengths, B, T, Hq, Hkv, D, scale);
@@ -236,7 +236,7 @@ fp4rl_status fp4rl_cuda_attention_backward(fp4rl_context *ctx, float *dq, float 
     if (st) return st;
     const float scale = 1.0f / sqrtf((float)D);
     const int bf = nm == FP4RL_ATT_BF16;
-    if (bf && fp4rl_cuda_attention_gemm_ok(D))
+    if (bf && fp4rl_cuda_attention_gemm_ok(D) && aligned16(q, k, v) && aligned16(dout, dk, dv) && aligned16(dq, out, out))
         return fp4rl_cuda_attention_backward_gemm(ctx, s, dq, dk, dv, dout, q, k, v, out, lse, lengths, B, T, Hq, Hkv, D, scale);
     if (!bf && fp4rl_cuda_attention_tiled_ok(B, Hq, D) && aligned16(q, k, v) && aligned16(dout, dk, dv))
         return fp4rl_cuda_attention_backward_tiled(ctx, s, dq, dk, dv, dout, q, k, v, out, lse, lengths, B, T, Hq, Hkv, D, scale);

@@ -37,14 +37,38 @@ __device__ __forceinline__ int64_t len_of(const int32_t *lengths, int64_t b, int
     return n < 0 ? 0 : (n > T ? T : n);
 }
 
+/* The layout kernels move rows of D floats between [B, T, H, D] and [B, H, T, D], four elements
+ * per thread (D % 8 == 0): the row arithmetic (three divisions) is done once per four elements,
+ * and loads and stores are 16 / 8-byte vectors. Row r of the head-major side is (b, h, t). */
+struct RowIdx {
+    int64_t b, h, t, bthd; /* bthd: the element offset of the row in [B, T, H, D] */
+};
+__device__ __forceinline__ RowIdx row_idx(int64_t r, int64_t T, int64_t H, int64_t D)
+{
+    RowIdx x;
+    x.t = r % T;
+    const int64_t bh = r / T;
+    x.h = bh % H;
+    x.b = bh / H;
+    x.bthd = ((x.b * T + x.t) * H + x.h) * D;
+    return x;
+}
+
 /* dst [B, H, T, D] BF16 = src [B, T, H, D] rounded to nearest even; rows at or past a sequence's
  * length are zeros (padding never reaches a GEMM: 0 * NaN would). */
 __global__ void to_heads_k(uint16_t *dst, const float *src, const int32_t *lengths, int64_t B, int64_t T, int64_t H, int64_t D)
 {
-    const int64_t n = B * H * T * D;
+    const int64_t D4 = D / 4, n = B * H * T * D4;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t d = i % D, t = (i / D) % T, h = (i / (D * T)) % H, b = i / (D * T * H);
-        dst[i] = t < len_of(lengths, b, T) ? fp4rl_f32_to_bf16(src[((b * T + t) * H + h) * D + d]) : 0;
+        const int64_t r = i / D4, d = (i - r * D4) * 4;
+        const RowIdx x = row_idx(r, T, H, D);
+        uint2 o = make_uint2(0, 0);
+        if (x.t < len_of(lengths, x.b, T)) {
+            const float4 v = *reinterpret_cast<const float4 *>(src + x.bthd + d);
+            o.x = (uint32_t)fp4rl_f32_to_bf16(v.x) | (uint32_t)fp4rl_f32_to_bf16(v.y) << 16;
+            o.y = (uint32_t)fp4rl_f32_to_bf16(v.z) | (uint32_t)fp4rl_f32_to_bf16(v.w) << 16;
+        }
+        *reinterpret_cast<uint2 *>(dst + r * D + d) = o;
     }
 }
 
@@ -53,33 +77,37 @@ __global__ void to_heads_k(uint16_t *dst, const float *src, const int32_t *lengt
 __global__ void from_heads_k(float *dst, const float *src, int add, const int32_t *lengths, int64_t B, int64_t T, int64_t H,
                              int64_t D)
 {
-    const int64_t n = B * T * H * D;
+    const int64_t D4 = D / 4, n = B * H * T * D4;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t d = i % D, h = (i / D) % H, t = (i / (D * H)) % T, b = i / (D * H * T);
-        const int valid = t < len_of(lengths, b, T);
-        const float x = valid ? src[((b * H + h) * T + t) * D + d] : 0.0f;
-        if (add) {
-            if (valid) dst[i] += x;
-        } else {
-            dst[i] = x;
+        const int64_t r = i / D4, d = (i - r * D4) * 4;
+        const RowIdx x = row_idx(r, T, H, D);
+        const int valid = x.t < len_of(lengths, x.b, T);
+        float4 *o = reinterpret_cast<float4 *>(dst + x.bthd + d);
+        const float4 v = valid ? *reinterpret_cast<const float4 *>(src + r * D + d) : make_float4(0, 0, 0, 0);
+        if (!add) {
+            *o = v;
+        } else if (valid) {
+            float4 w = *o;
+            w.x += v.x, w.y += v.y, w.z += v.z, w.w += v.w;
+            *o = w;
         }
     }
 }
 
-/* delta[(b * H + h) * T + t] = bf16(dout) . out over the row, serially (the CPU's order) */
+/* delta[(b * H + h) * T + t] = bf16(dout) . out over the row: a warp per row, each lane a strided
+ * share of the row, then a fixed tree (deterministic; the CPU sums serially: FP32 order only) */
 __global__ void delta_k(float *delta, const float *dout, const float *out, const int32_t *lengths, int64_t B, int64_t T, int64_t H,
                         int64_t D)
 {
-    const int64_t n = B * H * T;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = i % T, h = (i / T) % H, b = i / (T * H);
-        float s = 0.0f;
-        if (t < len_of(lengths, b, T)) {
-            const float *o = out + ((b * T + t) * H + h) * D, *g = dout + ((b * T + t) * H + h) * D;
-            for (int64_t d = 0; d < D; d++) s += fp4rl_round_bf16(g[d]) * o[d];
-        }
-        delta[i] = s;
-    }
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (r >= B * H * T) return;
+    const RowIdx x = row_idx(r, T, H, D);
+    float s = 0.0f;
+    if (x.t < len_of(lengths, x.b, T))
+        for (int64_t d = lane; d < D; d += 32) s += fp4rl_round_bf16(dout[x.bthd + d]) * out[x.bthd + d];
+    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) delta[r] = s;
 }
 
 __device__ __forceinline__ float warp_max(float v)
@@ -199,9 +227,9 @@ fp4rl_status fp4rl_cuda_attention_forward_gemm(fp4rl_context *ctx, cudaStream_t 
     float *S = m.get<float>(ec * gT * T), *Oh = m.get<float>(B * Hq * T * D);
     uint16_t *P = m.get<uint16_t>(ec * gT * T);
     if (m.st) return m.st;
-    to_heads_k<<<ew_grid(B * Hq * T * D), 256, 0, s>>>(qh, q, lengths, B, T, Hq, D);
-    to_heads_k<<<ew_grid(E * T * D), 256, 0, s>>>(kh, k, lengths, B, T, Hkv, D);
-    to_heads_k<<<ew_grid(E * T * D), 256, 0, s>>>(vh, v, lengths, B, T, Hkv, D);
+    to_heads_k<<<ew_grid(B * Hq * T * D / 4), 256, 0, s>>>(qh, q, lengths, B, T, Hq, D);
+    to_heads_k<<<ew_grid(E * T * D / 4), 256, 0, s>>>(kh, k, lengths, B, T, Hkv, D);
+    to_heads_k<<<ew_grid(E * T * D / 4), 256, 0, s>>>(vh, v, lengths, B, T, Hkv, D);
     fp4rl_status st = fp4rl_cuda_check_launch(ctx, "attention_forward (BF16 operands)");
     const Gemm scores{ctx, "attention_forward: scores"}, outs{ctx, "attention_forward: out = P V"};
     for (int64_t e0 = 0; !st && e0 < E; e0 += ec) {
@@ -213,7 +241,7 @@ fp4rl_status fp4rl_cuda_attention_forward_gemm(fp4rl_context *ctx, cudaStream_t 
         st = outs.run(0, 0, gT, D, T, T, D, D, n, gT * T, T * D, gT * D, P, vh + e0 * T * D, Oh + e0 * gT * D, 0, 1.0f, 0.0f);
     }
     if (st) return st;
-    from_heads_k<<<ew_grid(B * T * Hq * D), 256, 0, s>>>(out, Oh, 0, lengths, B, T, Hq, D);
+    from_heads_k<<<ew_grid(B * T * Hq * D / 4), 256, 0, s>>>(out, Oh, 0, lengths, B, T, Hq, D);
     return fp4rl_cuda_check_launch(ctx, "attention_forward: out");
 }
 
@@ -230,11 +258,11 @@ fp4rl_status fp4rl_cuda_attention_backward_gemm(fp4rl_context *ctx, cudaStream_t
     float *S = m.get<float>(ec * gT * T);
     uint16_t *P = m.get<uint16_t>(ec * gT * T);
     if (m.st) return m.st;
-    to_heads_k<<<ew_grid(nq), 256, 0, s>>>(qh, q, lengths, B, T, Hq, D);
-    to_heads_k<<<ew_grid(nk), 256, 0, s>>>(kh, k, lengths, B, T, Hkv, D);
-    to_heads_k<<<ew_grid(nk), 256, 0, s>>>(vh, v, lengths, B, T, Hkv, D);
-    to_heads_k<<<ew_grid(nq), 256, 0, s>>>(doh, dout, lengths, B, T, Hq, D);
-    delta_k<<<ew_grid(B * Hq * T), 256, 0, s>>>(delta, dout, out, lengths, B, T, Hq, D);
+    to_heads_k<<<ew_grid(nq / 4), 256, 0, s>>>(qh, q, lengths, B, T, Hq, D);
+    to_heads_k<<<ew_grid(nk / 4), 256, 0, s>>>(kh, k, lengths, B, T, Hkv, D);
+    to_heads_k<<<ew_grid(nk / 4), 256, 0, s>>>(vh, v, lengths, B, T, Hkv, D);
+    to_heads_k<<<ew_grid(nq / 4), 256, 0, s>>>(doh, dout, lengths, B, T, Hq, D);
+    delta_k<<<row_blocks(B * Hq * T), RB, 0, s>>>(delta, dout, out, lengths, B, T, Hq, D);
     fp4rl_status st = fp4rl_cuda_check_launch(ctx, "attention_backward (BF16 operands)");
     const Gemm scores{ctx, "attention_backward: scores"}, gdv{ctx, "attention_backward: dv = P^T dout"};
     const Gemm gdp{ctx, "attention_backward: dP = dout V^T"}, gdq{ctx, "attention_backward: dq = dS K"};
@@ -253,8 +281,8 @@ fp4rl_status fp4rl_cuda_attention_backward_gemm(fp4rl_context *ctx, cudaStream_t
         st = gdk.run(1, 0, T, D, gT, T, D, D, n, gT * T, gT * D, T * D, P, qe, dKh + e0 * T * D, 0, 1.0f, 0.0f);
     }
     if (st) return st;
-    from_heads_k<<<ew_grid(B * T * Hq * D), 256, 0, s>>>(dq, dQh, 1, lengths, B, T, Hq, D);
-    from_heads_k<<<ew_grid(B * T * Hkv * D), 256, 0, s>>>(dk, dKh, 1, lengths, B, T, Hkv, D);
-    from_heads_k<<<ew_grid(B * T * Hkv * D), 256, 0, s>>>(dv, dVh, 1, lengths, B, T, Hkv, D);
+    from_heads_k<<<ew_grid(B * T * Hq * D / 4), 256, 0, s>>>(dq, dQh, 1, lengths, B, T, Hq, D);
+    from_heads_k<<<ew_grid(B * T * Hkv * D / 4), 256, 0, s>>>(dk, dKh, 1, lengths, B, T, Hkv, D);
+    from_heads_k<<<ew_grid(B * T * Hkv * D / 4), 256, 0, s>>>(dv, dVh, 1, lengths, B, T, Hkv, D);
     return fp4rl_cuda_check_launch(ctx, "attention_backward: dq, dk, dv");
 }

@@ -163,6 +163,8 @@ FP4RL_CUDA_OP(sample_rows, int32_t *tokens, float *logp, const float *logits, in
 FP4RL_CUDA_OP(underflow_count, float *counts, const float *x, const float *xq, int64_t n);
 FP4RL_CUDA_OP(rollout_act, uint16_t *out, unsigned long long *counts, const float *x, int64_t N, int64_t K, int fmt,
               int truncation_free, int resq);
+FP4RL_CUDA_OP(qdq_bf16, uint16_t *dst, const float *src, int64_t rows, int64_t cols, int fmt, int truncation_free, int along_rows,
+              int stochastic, uint64_t seed, uint64_t offset);
 FP4RL_CUDA_OP(linear_forward_bf16, float *y, const uint16_t *x, const uint16_t *w, const float *b, int64_t N, int64_t IN,
               int64_t OUT);
 FP4RL_CUDA_OP(pack_bf16, uint16_t *dst, int64_t ld, const float *src, int64_t rows, int64_t cols);

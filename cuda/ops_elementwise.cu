@@ -34,21 +34,53 @@ __global__ void residual_bwd_k(float *da, float *db, const float *dout, int64_t 
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf_cr(-x)); }
 
-__global__ void swiglu_fwd_k(float *out, const float *gate, const float *up, int64_t n)
+/* SwiGLU reads and writes 16-byte vectors (8 independent exps in flight per thread: the double
+ * exp is the expensive part); the vector path needs every pointer 16-byte aligned, a tail of
+ * n % 4 elements runs scalar. Each element's arithmetic is the CPU's. */
+__device__ __forceinline__ float swiglu1(float g, float u) { return g * sigmoid(g) * u; }
+__device__ __forceinline__ void swiglu_bwd1(float &dg, float &du, float d, float g, float u)
 {
-    GRID_STRIDE(i, n) out[i] = gate[i] * sigmoid(gate[i]) * up[i];
+    const float s = sigmoid(g), silu = g * s, dsilu = s * (1.0f + g * (1.0f - s));
+    dg += d * u * dsilu;
+    du += d * silu;
 }
-__global__ void swiglu_bwd_k(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n)
+__global__ void swiglu_fwd_k(float *out, const float *gate, const float *up, int64_t n, int vec)
 {
-    GRID_STRIDE(i, n)
+    const int64_t n4 = vec ? n / 4 : 0;
+    GRID_STRIDE(i, n4)
     {
-        const float g = gate[i], s = sigmoid(g);
-        const float silu = g * s;
-        const float dsilu = s * (1.0f + g * (1.0f - s));
-        dgate[i] += dout[i] * up[i] * dsilu;
-        dup[i] += dout[i] * silu;
+        const float4 g = reinterpret_cast<const float4 *>(gate)[i], u = reinterpret_cast<const float4 *>(up)[i];
+        reinterpret_cast<float4 *>(out)[i] = make_float4(swiglu1(g.x, u.x), swiglu1(g.y, u.y), swiglu1(g.z, u.z), swiglu1(g.w, u.w));
+    }
+    GRID_STRIDE(j, n - n4 * 4)
+    {
+        const int64_t i = n4 * 4 + j;
+        out[i] = swiglu1(gate[i], up[i]);
     }
 }
+__global__ void swiglu_bwd_k(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n, int vec)
+{
+    const int64_t n4 = vec ? n / 4 : 0;
+    GRID_STRIDE(i, n4)
+    {
+        const float4 d = reinterpret_cast<const float4 *>(dout)[i], g = reinterpret_cast<const float4 *>(gate)[i];
+        const float4 u = reinterpret_cast<const float4 *>(up)[i];
+        float4 dg = reinterpret_cast<float4 *>(dgate)[i], du = reinterpret_cast<float4 *>(dup)[i];
+        swiglu_bwd1(dg.x, du.x, d.x, g.x, u.x);
+        swiglu_bwd1(dg.y, du.y, d.y, g.y, u.y);
+        swiglu_bwd1(dg.z, du.z, d.z, g.z, u.z);
+        swiglu_bwd1(dg.w, du.w, d.w, g.w, u.w);
+        reinterpret_cast<float4 *>(dgate)[i] = dg;
+        reinterpret_cast<float4 *>(dup)[i] = du;
+    }
+    GRID_STRIDE(j, n - n4 * 4)
+    {
+        const int64_t i = n4 * 4 + j;
+        swiglu_bwd1(dgate[i], dup[i], dout[i], gate[i], up[i]);
+    }
+}
+
+__device__ __host__ inline int al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 __global__ void scale_k(float *x, int64_t n, float alpha)
 {
@@ -161,12 +193,14 @@ fp4rl_status fp4rl_cuda_residual_backward(fp4rl_context *ctx, float *da, float *
 }
 fp4rl_status fp4rl_cuda_swiglu_forward(fp4rl_context *ctx, float *out, const float *gate, const float *up, int64_t n)
 {
-    LAUNCH("swiglu_forward", swiglu_fwd_k, n, out, gate, up, n);
+    const int vec = al16(out) && al16(gate) && al16(up);
+    LAUNCH("swiglu_forward", swiglu_fwd_k, vec ? (n + 3) / 4 : n, out, gate, up, n, vec);
 }
 fp4rl_status fp4rl_cuda_swiglu_backward(fp4rl_context *ctx, float *dgate, float *dup, const float *dout, const float *gate,
                                         const float *up, int64_t n)
 {
-    LAUNCH("swiglu_backward", swiglu_bwd_k, n, dgate, dup, dout, gate, up, n);
+    const int vec = al16(dgate) && al16(dup) && al16(dout) && al16(gate) && al16(up);
+    LAUNCH("swiglu_backward", swiglu_bwd_k, vec ? (n + 3) / 4 : n, dgate, dup, dout, gate, up, n, vec);
 }
 fp4rl_status fp4rl_cuda_scale(fp4rl_context *ctx, float *x, int64_t n, float alpha) { LAUNCH("scale", scale_k, n, x, n, alpha); }
 fp4rl_status fp4rl_cuda_round_bf16(fp4rl_context *ctx, float *out, const float *x, int64_t n)

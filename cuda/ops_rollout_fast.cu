@@ -34,16 +34,13 @@ __device__ __forceinline__ float block_max_lanes(float v)
     return v;
 }
 
-/* y = qdq(x) for this lane's 8 elements; h: the group's index in its block. */
-template <int BS>
-__device__ __forceinline__ void qdq_group(int fmt, const float x[8], float y[8], int h, int truncation_free)
+/* y = qdq(x) for one group of 8 elements of a block, given the block's amax and whether it holds
+ * a non-finite element; a0, a1: the maxima of the group's halves; h: the group's index in its
+ * block; u: the elements' stochastic-rounding uniforms (-1: nearest). */
+__device__ __forceinline__ void qdq8(int fmt, const float x[8], float y[8], int h, int truncation_free, float amax, bool nonfinite,
+                                     float a0, float a1, const float u[8])
 {
-    int fin = 1;
-    const float a0 = fp4rl_qdq_amax(x, 0, 4, &fin), a1 = fp4rl_qdq_amax(x, 4, 8, &fin);
-    const float mine = fmaxf(a0, a1);
-    const float amax = block_max_lanes<BS>(mine);
-    const float nonfinite = block_max_lanes<BS>(fin ? 0.0f : 1.0f);
-    if (nonfinite != 0.0f) {
+    if (nonfinite) {
 #pragma unroll
         for (int j = 0; j < 8; j++) y[j] = fp4rl_bits_f32(0x7fc00000u);
         return;
@@ -52,18 +49,53 @@ __device__ __forceinline__ void qdq_group(int fmt, const float x[8], float y[8],
         const int fp8 = fmt == FP4RL_QDQ_MXFP8;
         const uint8_t s = fp4rl_mx_block_scale(amax, (fp4rl_dtype)fmt, truncation_free);
 #pragma unroll
-        for (int j = 0; j < 8; j++) y[j] = fp4rl_mx_decode(fp4rl_mx_encode(x[j], fp4rl_e8m0_exp(s), fp8, -1.0f), s, fp8);
+        for (int j = 0; j < 8; j++) y[j] = fp4rl_mx_decode(fp4rl_mx_encode(x[j], fp4rl_e8m0_exp(s), fp8, u[j]), s, fp8);
         return;
     }
     /* this group's bits of the unit's scale word: its e8 bit and its two e16 bits */
     const fp4rl_hif4_base b = fp4rl_hif4_make_base(amax);
-    const uint32_t e8 = fp4rl_hif4_e8(mine, b.rec);
+    const uint32_t e8 = fp4rl_hif4_e8(fmaxf(a0, a1), b.rec);
     const uint32_t word = b.e6m2 | fp4rl_hif4_e8_at(e8, h) | fp4rl_hif4_e16_at(fp4rl_hif4_e16(a0, e8, b.rec), 2 * h) |
                           fp4rl_hif4_e16_at(fp4rl_hif4_e16(a1, e8, b.rec), 2 * h + 1);
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const int jj = 8 * h + j;
-        y[j] = fp4rl_hif4_decode(fp4rl_hif4_encode(x[j], fp4rl_hif4_word_inc(word, jj), b.rec, -1.0f), word, jj);
+        y[j] = fp4rl_hif4_decode(fp4rl_hif4_encode(x[j], fp4rl_hif4_word_inc(word, jj), b.rec, u[j]), word, jj);
+    }
+}
+
+/* y = qdq(x) for this lane's 8 elements, the block's other groups in the neighbouring lanes */
+template <int BS>
+__device__ __forceinline__ void qdq_group(int fmt, const float x[8], float y[8], int h, int truncation_free, const float u[8])
+{
+    int fin = 1;
+    const float a0 = fp4rl_qdq_amax(x, 0, 4, &fin), a1 = fp4rl_qdq_amax(x, 4, 8, &fin);
+    const float amax = block_max_lanes<BS>(fmaxf(a0, a1));
+    const float nonfinite = block_max_lanes<BS>(fin ? 0.0f : 1.0f);
+    qdq8(fmt, x, y, h, truncation_free, amax, nonfinite != 0.0f, a0, a1, u);
+}
+
+/* The stochastic-rounding uniforms of elements i0 .. i0 + 7 (fp4rl_sr_uniform's values, one
+ * Philox call per aligned quad); all -1 (nearest) when not stochastic. */
+__device__ __forceinline__ void group_uniforms(int stochastic, uint64_t seed, uint64_t offset, uint64_t i0, float u[8])
+{
+#pragma unroll
+    for (int j = 0; j < 8; j++) u[j] = -1.0f;
+    if (!stochastic) return;
+    const uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    uint64_t q = i0 >> 2;
+    uint32_t o[4];
+    int have = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const uint64_t i = i0 + (uint64_t)j;
+        if (!have || (i >> 2) != q) {
+            q = i >> 2;
+            const uint32_t c[4] = {(uint32_t)q, (uint32_t)(q >> 32), (uint32_t)offset, (uint32_t)(offset >> 32)};
+            fp4rl_philox4x32_10(c, k, o);
+            have = 1;
+        }
+        u[j] = (float)(o[i & 3] >> 8) * 0x1p-24f;
     }
 }
 
@@ -83,7 +115,8 @@ __device__ __forceinline__ void store_bf16x8(uint16_t *o, const float y[8], int6
 
 template <int BS>
 __global__ void __launch_bounds__(256) act_qdq_k(uint16_t *out, unsigned long long *counts, const float *x, int64_t N, int64_t K,
-                                                 int fmt, int truncation_free, int resq)
+                                                 int fmt, int truncation_free, int resq, int stochastic, uint64_t seed,
+                                                 uint64_t offset)
 {
     const int two = resq == FP4RL_RESQ_DENSE || resq == FP4RL_RESQ_2_4;
     const int64_t gpr = (K + BS - 1) / BS * (BS / 8), ld = two ? 2 * K : K; /* groups per row, whole blocks */
@@ -101,7 +134,9 @@ __global__ void __launch_bounds__(256) act_qdq_k(uint16_t *out, unsigned long lo
 #pragma unroll
         for (int j = 0; j < 8; j++) xv[j] = j < valid ? x[n * K + k0 + j] : 0.0f;
     }
-    qdq_group<BS>(fmt, xv, y, h, truncation_free);
+    float u[8];
+    group_uniforms(stochastic && valid, seed, offset, (uint64_t)(n * K + k0), u);
+    qdq_group<BS>(fmt, xv, y, h, truncation_free, u);
     unsigned long long nz = 0, under = 0;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
@@ -113,7 +148,8 @@ __global__ void __launch_bounds__(256) act_qdq_k(uint16_t *out, unsigned long lo
         float r[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) r[j] = xv[j] - y[j];
-        qdq_group<BS>(fmt, r, r, h, truncation_free);
+        const float nearest[8] = {-1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f};
+        qdq_group<BS>(fmt, r, r, h, truncation_free, nearest);
         /* padding zeros sort after a group's real elements, so the kept real ones are the CPU's */
         if (resq == FP4RL_RESQ_2_4) fp4rl_mask_2_4_group(r, 4), fp4rl_mask_2_4_group(r + 4, 4);
         if (valid) store_bf16x8(out + n * ld + K + k0, r, valid, vec);
@@ -127,6 +163,38 @@ __global__ void __launch_bounds__(256) act_qdq_k(uint16_t *out, unsigned long lo
         atomicAdd(counts, nz);
         atomicAdd(counts + 1, under);
     }
+}
+
+/* ---- blocks down the columns (the training GEMMs' operands contracted along tokens) ----------
+ * A CTA is 32 columns x one block of BS rows: thread (tx, ty) holds rows 8 ty .. 8 ty + 7 of
+ * column tx, so each load and store of a warp is 32 consecutive columns of one row (coalesced);
+ * the block's maximum and non-finite flag meet in shared memory. Element (r, c) is element
+ * c * rows + r of the transposed tensor the generic path quantizes: its uniform's index. */
+template <int BS>
+__global__ void __launch_bounds__(32 * (BS / 8)) qdq_rows_k(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int fmt,
+                                                            int truncation_free, int stochastic, uint64_t seed, uint64_t offset)
+{
+    __shared__ float smax[BS / 8][32];
+    __shared__ int sbad[BS / 8][32];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t c = (int64_t)blockIdx.x * 32 + tx, r0 = (int64_t)blockIdx.y * BS + 8 * ty;
+    float x[8], y[8], u[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) x[j] = c < cols && r0 + j < rows ? __ldg(src + (r0 + j) * cols + c) : 0.0f;
+    int fin = 1;
+    const float a0 = fp4rl_qdq_amax(x, 0, 4, &fin), a1 = fp4rl_qdq_amax(x, 4, 8, &fin);
+    smax[ty][tx] = fmaxf(a0, a1);
+    sbad[ty][tx] = !fin;
+    __syncthreads();
+    float amax = 0.0f;
+    int bad = 0;
+#pragma unroll
+    for (int g = 0; g < BS / 8; g++) amax = fmaxf(amax, smax[g][tx]), bad |= sbad[g][tx];
+    group_uniforms(stochastic && c < cols, seed, offset, (uint64_t)(c * rows + r0), u);
+    qdq8(fmt, x, y, ty, truncation_free, amax, bad != 0, a0, a1, u);
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        if (c < cols && r0 + j < rows) dst[(r0 + j) * cols + c] = fp4rl_f32_to_bf16(y[j]);
 }
 
 __global__ void pack_bf16_k(uint16_t *dst, int64_t ld, const float *src, int64_t rows, int64_t cols)
@@ -163,9 +231,30 @@ fp4rl_status fp4rl_cuda_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned 
     const int bs = fp4rl_qdq_block_size(fmt);
     const int64_t threads = N * ((K + bs - 1) / bs) * (bs / 8);
     const unsigned grid = fp4rl_cuda_blocks(threads, 256);
-    if (bs == 64) act_qdq_k<64><<<grid, 256, 0, s>>>(out, counts, x, N, K, fmt, truncation_free, resq);
-    else act_qdq_k<32><<<grid, 256, 0, s>>>(out, counts, x, N, K, fmt, truncation_free, resq);
+    if (bs == 64) act_qdq_k<64><<<grid, 256, 0, s>>>(out, counts, x, N, K, fmt, truncation_free, resq, 0, 0, 0);
+    else act_qdq_k<32><<<grid, 256, 0, s>>>(out, counts, x, N, K, fmt, truncation_free, resq, 0, 0, 0);
     return fp4rl_cuda_check_launch(ctx, "rollout_act");
+}
+
+fp4rl_status fp4rl_cuda_qdq_bf16(fp4rl_context *ctx, uint16_t *dst, const float *src, int64_t rows, int64_t cols, int fmt,
+                                 int truncation_free, int along_rows, int stochastic, uint64_t seed, uint64_t offset)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    const int bs = fp4rl_qdq_block_size(fmt);
+    if (along_rows) {
+        const dim3 grid((unsigned)((cols + 31) / 32), (unsigned)((rows + bs - 1) / bs));
+        if (grid.y > 65535) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "qdq_bf16: %lld rows are more than this kernel's grid takes", (long long)rows);
+        if (bs == 64) qdq_rows_k<64><<<grid, dim3(32, 8), 0, s>>>(dst, src, rows, cols, fmt, truncation_free, stochastic, seed, offset);
+        else qdq_rows_k<32><<<grid, dim3(32, 4), 0, s>>>(dst, src, rows, cols, fmt, truncation_free, stochastic, seed, offset);
+        return fp4rl_cuda_check_launch(ctx, "qdq_bf16 (along rows)");
+    }
+    const int64_t threads = rows * ((cols + bs - 1) / bs) * (bs / 8);
+    const unsigned grid = fp4rl_cuda_blocks(threads, 256);
+    if (bs == 64) act_qdq_k<64><<<grid, 256, 0, s>>>(dst, NULL, src, rows, cols, fmt, truncation_free, FP4RL_RESQ_OFF, stochastic, seed, offset);
+    else act_qdq_k<32><<<grid, 256, 0, s>>>(dst, NULL, src, rows, cols, fmt, truncation_free, FP4RL_RESQ_OFF, stochastic, seed, offset);
+    return fp4rl_cuda_check_launch(ctx, "qdq_bf16");
 }
 
 fp4rl_status fp4rl_cuda_pack_bf16(fp4rl_context *ctx, uint16_t *dst, int64_t ld, const float *src, int64_t rows, int64_t cols)

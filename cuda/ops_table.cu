@@ -47,6 +47,7 @@ extern "C" const fp4rl_ops fp4rl_cuda_ops = {
     .scale = fp4rl_cuda_scale,
     .sample_rows = fp4rl_cuda_sample_rows, /* the CPU's inverse CDF and uniform; ties at a CDF step may differ by double rounding */
     .rollout_act = fp4rl_cuda_rollout_act,
+    .qdq_bf16 = fp4rl_cuda_qdq_bf16,
     .linear_forward_bf16 = fp4rl_cuda_linear_forward_bf16,
     .pack_bf16 = fp4rl_cuda_pack_bf16,
     .linear_backward_bf16 = fp4rl_cuda_linear_backward_bf16,

@@ -460,6 +460,25 @@ START_TEST(test_rollout_fused_ops)
             free(oc), free(og), free(cg);
             dfree(dout), dfree(dc);
         }
+    /* qdq_bf16: the training operands' round trip, along the last dim and down the columns,
+     * nearest and stochastic, bit for bit (rows 37: blocks down the columns end ragged) */
+    for (int f = 1; f < 4; f++)
+        for (int along = 0; along < 2; along++)
+            for (int sr = 0; sr < 2; sr++) {
+                uint16_t *oc = malloc((size_t)(N * K) * 2), *og;
+                void *dq = NULL;
+                ck_assert_int_eq(gpu->be->alloc(gpu, &dq, (size_t)(N * K) * 2), FP4RL_OK);
+                OKG(C->qdq_bf16(cpu, oc, x, N, K, fmts[f], f == 1, along, sr, 77, 5));
+                OKG(G->qdq_bf16(gpu, dq, dx, N, K, fmts[f], f == 1, along, sr, 77, 5));
+                og = down(dq, (size_t)(N * K) * 2);
+                int64_t diff = 0;
+                for (int64_t i = 0; i < N * K; i++) diff += og[i] != oc[i];
+                printf("  qdq_bf16 fmt %d along_rows %d stochastic %d: %lld of %lld words differ\n", fmts[f], along, sr, (long long)diff,
+                       (long long)(N * K));
+                ck_assert_int_eq(diff, 0);
+                free(oc), free(og);
+                dfree(dq);
+            }
     /* pack + BF16 linear */
     float *w = rnd(OUT * K, 0.3f), *b = rnd(OUT, 1), *yc = malloc((size_t)(N * OUT) * 4);
     uint16_t *xb = malloc((size_t)(N * K) * 2), *wb = malloc((size_t)(OUT * K) * 2), *g;

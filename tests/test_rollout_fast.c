@@ -138,6 +138,67 @@ START_TEST(test_act_matches_generic)
 }
 END_TEST
 
+/* dequantize(quantize(x)) through the public API with stochastic rounding on (seed, the context's
+ * offset at the call: returned in *offset) or nearest */
+static float *qdq_public_sr(const float *x, int64_t N, int64_t K, fp4rl_dtype fmt, int tf, int sr, uint64_t *offset)
+{
+    fp4rl_quant_policy *p;
+    OK(fp4rl_quant_policy_create(&p));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_SCALE_RULE, tf ? FP4RL_SCALE_TRUNCATION_FREE : FP4RL_SCALE_OCP_FLOOR));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_ROUNDING_GRADIENT, sr ? FP4RL_ROUND_STOCHASTIC : FP4RL_ROUND_NEAREST));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_SEED, 4242));
+    const int64_t shape[2] = {N, K};
+    fp4rl_tensor *t, *q, *d;
+    OK(fp4rl_tensor_from_host(&t, ctx, FP4RL_DTYPE_F32, 2, shape, x));
+    *offset = ctx->rng_offset;
+    OK(fp4rl_quantize(&q, ctx, t, fmt, p, FP4RL_ROLE_GRADIENT));
+    OK(fp4rl_dequantize(&d, ctx, q, FP4RL_DTYPE_F32));
+    float *y = malloc((size_t)(N * K) * sizeof(float));
+    OK(fp4rl_tensor_to_host(d, y, (size_t)(N * K) * sizeof(float)));
+    fp4rl_tensor_destroy(t);
+    fp4rl_tensor_destroy(q);
+    fp4rl_tensor_destroy(d);
+    fp4rl_quant_policy_destroy(p);
+    return y;
+}
+
+/* The qdq_bf16 op (the training operands' fused round trip) equals the generic path bit for bit:
+ * along the last dim it is fp4rl_quantize of x; down the columns, of x's transpose (transposed
+ * back), stochastic rounding included (the same uniforms: the transposed tensor's indices). */
+START_TEST(test_qdq_bf16_matches_generic)
+{
+    const fp4rl_dtype fmts[3] = {FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP8_E4M3};
+    const int qfmt[3] = {FP4RL_QDQ_MXFP4, FP4RL_QDQ_HIF4, FP4RL_QDQ_MXFP8};
+    const int64_t shapes[3][2] = {{70, 33}, {129, 64}, {5, 7}};
+    int cases = 0;
+    for (int si = 0; si < 3; si++) {
+        const int64_t N = shapes[si][0], K = shapes[si][1];
+        float *x = activations(N, K), *xt = malloc((size_t)(N * K) * sizeof(float));
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < K; k++) xt[k * N + n] = x[n * K + k];
+        uint16_t *out = malloc((size_t)(N * K) * sizeof(uint16_t));
+        for (int f = 0; f < 3; f++)
+            for (int along = 0; along < 2; along++)
+                for (int sr = 0; sr < 2; sr++) {
+                    const int tf = f == 0 && sr;
+                    uint64_t off;
+                    float *want = along ? qdq_public_sr(xt, K, N, fmts[f], tf, sr, &off) : qdq_public_sr(x, N, K, fmts[f], tf, sr, &off);
+                    OK(fp4rl_cpu_ops.qdq_bf16(ctx, out, x, N, K, qfmt[f], tf, along, sr, 4242, off));
+                    for (int64_t n = 0; n < N; n++)
+                        for (int64_t k = 0; k < K; k++) {
+                            const float w = along ? want[k * N + n] : want[n * K + k];
+                            ck_assert_msg(same_bf16(out[n * K + k], w), "%s along_rows %d stochastic %d [%lld,%lld]: %04x, generic %g",
+                                          fp4rl_dtype_name(fmts[f]), along, sr, (long long)n, (long long)k, out[n * K + k], w);
+                        }
+                    free(want);
+                    cases++;
+                }
+        free(x), free(xt), free(out);
+    }
+    ck_assert_int_eq(cases, 36);
+}
+END_TEST
+
 START_TEST(test_act_bf16_and_pack)
 {
     const int64_t N = 3, K = 45;
@@ -293,6 +354,7 @@ int main(void)
     TCase *tc = tcase_create("fused");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_act_matches_generic);
+    tcase_add_test(tc, test_qdq_bf16_matches_generic);
     tcase_add_test(tc, test_act_bf16_and_pack);
     tcase_add_test(tc, test_linear_bf16);
     tcase_add_test(tc, test_rollout_fused_equals_generic);

@@ -212,6 +212,15 @@ typedef struct fp4rl_ops {
      * integer sums, exact and order-free. */
     fp4rl_status (*rollout_act)(fp4rl_context *ctx, uint16_t *out, unsigned long long *counts, const float *x, int64_t N,
                                 int64_t K, int fmt, int truncation_free, int resq);
+    /* The training GEMMs' FP4 operand in one pass: dst [rows, cols] = the BF16 bits of
+     * dequantize(quantize(src)) in round-trip format fmt (FP4RL_QDQ_*, values exactly BF16), 1D
+     * blocks along the last dim or, with along_rows, down the columns (block b of column c: rows
+     * b * B .. b * B + B - 1, the last one zero-padded). stochastic: element (r, c) rounds with
+     * fp4rl_sr_uniform(seed, offset, i), i = r * cols + c, or c * rows + r along the rows (its
+     * index in the transposed tensor). Bit for bit the generic path: transpose (along rows),
+     * fp4rl_quantize, fp4rl_dequantize, transpose back, BF16. */
+    fp4rl_status (*qdq_bf16)(fp4rl_context *ctx, uint16_t *dst, const float *src, int64_t rows, int64_t cols, int fmt,
+                             int truncation_free, int along_rows, int stochastic, uint64_t seed, uint64_t offset);
     /* y [N, OUT] = x [N, IN] w^T (+ b): BF16 operands (bit patterns), FP32 products and sums. */
     fp4rl_status (*linear_forward_bf16)(fp4rl_context *ctx, float *y, const uint16_t *x, const uint16_t *w, const float *b,
                                         int64_t N, int64_t IN, int64_t OUT);

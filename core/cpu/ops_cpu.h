@@ -93,6 +93,9 @@ FP4RL_HIDDEN float fp4rl_cpu_attend_row(float *o, const float *q, const float *k
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned long long *counts,
                                                 const float *x, int64_t N, int64_t K, int fmt, int truncation_free,
                                                 int resq);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_qdq_bf16(fp4rl_context *ctx, uint16_t *dst, const float *src, int64_t rows, int64_t cols,
+                                             int fmt, int truncation_free, int along_rows, int stochastic, uint64_t seed,
+                                             uint64_t offset);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_linear_forward_bf16(fp4rl_context *ctx, float *y, const uint16_t *x,
                                                         const uint16_t *w, const float *b, int64_t N, int64_t IN,
                                                         int64_t OUT);

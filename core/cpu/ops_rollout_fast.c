@@ -43,3 +43,27 @@ fp4rl_status fp4rl_cpu_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned l
     }
     return FP4RL_OK;
 }
+
+fp4rl_status fp4rl_cpu_qdq_bf16(fp4rl_context *ctx, uint16_t *dst, const float *src, int64_t rows, int64_t cols, int fmt,
+                                int truncation_free, int along_rows, int stochastic, uint64_t seed, uint64_t offset)
+{
+    (void)ctx;
+    const int bs = fp4rl_qdq_block_size(fmt);
+    /* a line is a row (blocks along the last dim) or a column (along the rows); the element at
+     * position k of line l sits at src[l * ls + k * ks] and has index l * len + k of the tensor
+     * the blocks run along (the transposed one along the rows) */
+    const int64_t lines = along_rows ? cols : rows, len = along_rows ? rows : cols;
+    const int64_t ls = along_rows ? 1 : cols, ks = along_rows ? cols : 1;
+    float x[64], u[64];
+    for (int64_t l = 0; l < lines; l++)
+        for (int64_t k0 = 0; k0 < len; k0 += bs) {
+            const int n = (int)(len - k0 < bs ? len - k0 : bs);
+            for (int i = 0; i < n; i++) {
+                x[i] = src[l * ls + (k0 + i) * ks];
+                if (stochastic) u[i] = fp4rl_sr_uniform(seed, offset, (uint64_t)(l * len + k0 + i));
+            }
+            fp4rl_qdq_block_u(fmt, x, x, n, truncation_free, stochastic ? u : NULL);
+            for (int i = 0; i < n; i++) dst[l * ls + (k0 + i) * ks] = fp4rl_f32_to_bf16(x[i]);
+        }
+    return FP4RL_OK;
+}

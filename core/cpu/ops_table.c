@@ -36,6 +36,7 @@ const fp4rl_ops fp4rl_cpu_ops = {
     .scale = fp4rl_cpu_scale,
     .sample_rows = fp4rl_cpu_sample_rows,
     .rollout_act = fp4rl_cpu_rollout_act,
+    .qdq_bf16 = fp4rl_cpu_qdq_bf16,
     .linear_forward_bf16 = fp4rl_cpu_linear_forward_bf16,
     .pack_bf16 = fp4rl_cpu_pack_bf16,
     .linear_backward_bf16 = fp4rl_cpu_linear_backward_bf16,

@@ -32,8 +32,9 @@ FP4RL_HD float fp4rl_qdq_amax(const float *x, int i0, int i1, int *finite)
 }
 
 /* y[0..n) = dequantize(quantize(x[0..n))) for one block; n <= fp4rl_qdq_block_size(fmt) (the rest
- * of the block is zero padding, which changes no scale). x and y may be the same array. */
-FP4RL_HD void fp4rl_qdq_block(int fmt, const float *x, float *y, int n, int truncation_free)
+ * of the block is zero padding, which changes no scale). x and y may be the same array. u: the
+ * stochastic-rounding uniforms of the n elements (fp4rl_sr_uniform), or NULL for nearest. */
+FP4RL_HD void fp4rl_qdq_block_u(int fmt, const float *x, float *y, int n, int truncation_free, const float *u)
 {
     int finite = 1;
     const float amax = fp4rl_qdq_amax(x, 0, n, &finite);
@@ -44,7 +45,7 @@ FP4RL_HD void fp4rl_qdq_block(int fmt, const float *x, float *y, int n, int trun
     if (fmt != FP4RL_QDQ_HIF4) {
         const int fp8 = fmt == FP4RL_QDQ_MXFP8;
         const uint8_t s = fp4rl_mx_block_scale(amax, (fp4rl_dtype)fmt, truncation_free);
-        for (int i = 0; i < n; i++) y[i] = fp4rl_mx_decode(fp4rl_mx_encode(x[i], fp4rl_e8m0_exp(s), fp8, -1.0f), s, fp8);
+        for (int i = 0; i < n; i++) y[i] = fp4rl_mx_decode(fp4rl_mx_encode(x[i], fp4rl_e8m0_exp(s), fp8, u ? u[i] : -1.0f), s, fp8);
         return;
     }
     /* HiF4: base from the unit's amax, an e8 bit per 8 elements, an e16 bit per 4 */
@@ -59,7 +60,13 @@ FP4RL_HD void fp4rl_qdq_block(int fmt, const float *x, float *y, int n, int trun
         word |= fp4rl_hif4_e16_at(fp4rl_hif4_e16(fp4rl_qdq_amax(x, i0, i1, &finite), fp4rl_hif4_word_e8(word, g / 2), b.rec), g);
     }
     for (int i = 0; i < n; i++)
-        y[i] = fp4rl_hif4_decode(fp4rl_hif4_encode(x[i], fp4rl_hif4_word_inc(word, i), b.rec, -1.0f), word, i);
+        y[i] = fp4rl_hif4_decode(fp4rl_hif4_encode(x[i], fp4rl_hif4_word_inc(word, i), b.rec, u ? u[i] : -1.0f), word, i);
+}
+
+/* fp4rl_qdq_block_u with round-to-nearest */
+FP4RL_HD void fp4rl_qdq_block(int fmt, const float *x, float *y, int n, int truncation_free)
+{
+    fp4rl_qdq_block_u(fmt, x, y, n, truncation_free, NULL);
 }
 
 /* Rollout-ResQ's 2:4 mask on one group of len <= 4 values: keep the two largest magnitudes (the

@@ -214,11 +214,13 @@ static uint16_t *bf16_operand(fp4rl_model *m, fp4rl_arena *a, float *src, int64_
         return a->st ? NULL : d;
     }
     const int qf = fp4rl_qdq_format(s->fmt[role]);
-    if (!along_rows && !s->tile[role] && qf >= 0 && !stochastic(m, s, role) && m->ops->rollout_act && !m->rollout_generic) {
-        /* 1D blocks along the last dim, nearest rounding: the fused round trip, one pass */
+    if (!s->tile[role] && qf >= 0 && m->ops->qdq_bf16 && !m->rollout_generic) {
+        /* 1D blocks: the fused round trip, one pass (along the rows without the transposes) */
         fp4rl_qparams p;
         a->st = fp4rl_policy_resolve(m->policy, s->fmt[role], role, m->ctx, &p, "model linear");
-        if (!a->st) a->st = m->ops->rollout_act(m->ctx, d, NULL, src, rows, cols, qf, p.truncation_free, FP4RL_RESQ_OFF);
+        if (!a->st)
+            a->st = m->ops->qdq_bf16(m->ctx, d, src, rows, cols, qf, p.truncation_free, along_rows, p.stochastic, p.seed, p.offset);
+        if (!a->st && p.stochastic) m->ctx->rng_offset++; /* as qdq_rows: one draw per quantization */
         return a->st ? NULL : d;
     }
     fp4rl_arena t = {.ctx = m->ctx};
