@@ -15,6 +15,7 @@
 
 %{
 #include "capi_runtime.h"
+#include "dlpack_capi.h"
 %}
 
 %include <stdint.i>
@@ -479,6 +480,84 @@ static PyObject *raise_for_status(int status)
     return NULL;
 }
 %}
+
+/* ---------------------------------------------------------------------------------------------
+ * Zero copy: raw addresses, streams, DLPack capsules (dlpack_capi.h; fp4rl/_dlpack.py on top)
+ * ------------------------------------------------------------------------------------------- */
+/* fp4rl_tensor_data: the address as an int (None, with fp4rl_last_error() set, when there is none). */
+%typemap(out) void *fp4rl_tensor_data { $result = $1 ? PyLong_FromVoidPtr($1) : Py_NewRef(Py_None); }
+/* fp4rl_context_set_stream: a cudaStream_t as an int (None = the context's own stream). */
+%typemap(in) void *cuda_stream {
+    if ($input == Py_None) $1 = NULL;
+    else if (!($1 = PyLong_AsVoidPtr($input)) && PyErr_Occurred()) SWIG_fail;
+}
+%typemap(doc, type="int") void *cuda_stream "cuda_stream: a cudaStream_t as an int (None: the context's own)";
+/* fp4rl_model_param_tensor(m, name) -> a tensor handle: the C view keeps the weights' memory
+ * alive itself, so the handle depends on the model's context only. */
+%typemap(argout) fp4rl_tensor **out { FP4RLPY_APPEND(fp4rlpy_handle_new(*$1, FP4RLPY_TENSOR, (PyObject *)fp4rlpy_root_of(swig_obj[0]), NULL)) }
+
+/* fp4rl_tensor_wrap(ctx, dtype, shape, strides, address, owner): the memory at `address` (an int)
+ * in place; `owner` (any object) is kept alive until the tensor is destroyed, which is how the
+ * memory's lifetime reaches the library. strides: None or one int per dim. */
+%ignore fp4rl_tensor_wrap;
+%rename(fp4rl_tensor_wrap) fp4rlpy_tensor_wrap;
+%feature("autodoc", "fp4rl_tensor_wrap(ctx, dtype, shape, strides, address, owner) -> Handle\n\nWraps the memory at `address` (int) as a tensor without a copy; `owner` is kept alive until the tensor is destroyed.") fp4rlpy_tensor_wrap;
+%inline %{
+static void fp4rlpy_owner_release(void *owner)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_DECREF((PyObject *)owner);
+    PyGILState_Release(g);
+}
+static PyObject *fp4rlpy_tensor_wrap(PyObject *ctx_handle, int dtype, PyObject *shape, PyObject *strides, PyObject *address, PyObject *owner)
+{
+    const char *fn = "fp4rl_tensor_wrap";
+    fp4rl_context *ctx;
+    if (fp4rlpy_handle_arg(ctx_handle, FP4RLPY_CONTEXT, (void **)&ctx, fn, 1) < 0) return NULL;
+    int64_t dims[FP4RL_MAX_DIMS + 1], st[FP4RL_MAX_DIMS + 1];
+    PyObject *seqs[2] = {shape, strides};
+    int64_t *outs[2] = {dims, st};
+    Py_ssize_t n[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        if (k == 1 && strides == Py_None) break;
+        PyObject *seq = PySequence_Fast(seqs[k], k ? "fp4rl_tensor_wrap: strides must be None or a sequence of ints"
+                                                   : "fp4rl_tensor_wrap: shape must be a sequence of ints");
+        if (!seq) return NULL;
+        n[k] = PySequence_Fast_GET_SIZE(seq);
+        for (Py_ssize_t i = 0; i < n[k] && i <= FP4RL_MAX_DIMS; i++) {
+            outs[k][i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+            if (outs[k][i] == -1 && PyErr_Occurred()) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+        }
+        Py_DECREF(seq);
+    }
+    if (strides != Py_None && n[1] != n[0]) {
+        fp4rlpy_raise_binding(FP4RL_ERR_SHAPE, "%s: %zd strides for %zd dims", fn, n[1], n[0]);
+        return NULL;
+    }
+    void *data = address == Py_None ? NULL : PyLong_AsVoidPtr(address);
+    if (!data && PyErr_Occurred()) return NULL;
+    Py_INCREF(owner);
+    fp4rl_tensor *t = NULL;
+    fp4rl_status s = fp4rl_tensor_wrap(&t, ctx, (fp4rl_dtype)dtype, n[0] > FP4RL_MAX_DIMS ? FP4RL_MAX_DIMS + 1 : (int)n[0], dims,
+                                       strides == Py_None ? NULL : st, data, fp4rlpy_owner_release, owner);
+    if (s != FP4RL_OK) {
+        Py_DECREF(owner); /* a refused wrap never calls release */
+        fp4rlpy_raise_status(s);
+        return NULL;
+    }
+    return fp4rlpy_handle_new(t, FP4RLPY_TENSOR, ctx_handle, NULL);
+}
+%}
+
+%feature("autodoc", "dlpack_export(tensor, versioned, device_type, device_id) -> capsule\n\nThe tensor's elements as a DLPack capsule (\"dltensor\" or \"dltensor_versioned\"), in place; the capsule keeps the tensor alive.") fp4rlpy_dlpack_export;
+%feature("autodoc", "dlpack_import(capsule, ctx, device_type, device_id) -> Handle\n\nA DLPack capsule's tensor wrapped in ctx without a copy; its producer's deleter runs when the fp4rl tensor is destroyed.") fp4rlpy_dlpack_import;
+%rename(dlpack_export) fp4rlpy_dlpack_export;
+%rename(dlpack_import) fp4rlpy_dlpack_import;
+static PyObject *fp4rlpy_dlpack_export(PyObject *tensor, int versioned, int device_type, int device_id);
+static PyObject *fp4rlpy_dlpack_import(PyObject *cap, PyObject *ctx_handle, int device_type, int device_id);
 
 /* The visibility macro means nothing to Python. */
 #define FP4RL_API

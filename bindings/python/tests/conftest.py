@@ -27,6 +27,17 @@ def ctx():
         yield c
 
 
+# A CUDA context per test module (the GPU tests skip without one).
+@pytest.fixture(scope="module")
+def gpu():
+    try:
+        ctx = fp4rl.Context("cuda", 0)
+    except (fp4rl.DeviceError, fp4rl.UnsupportedError) as e:
+        pytest.skip(f"no CUDA context: {e}")
+    yield ctx
+    ctx.close()
+
+
 @pytest.fixture
 def gqa_dir():
     d = FIXTURES / "qwen2" / "gqa"

@@ -8,16 +8,6 @@ import fp4rl
 from conftest import TINY
 
 
-@pytest.fixture(scope="module")
-def gpu():
-    try:
-        ctx = fp4rl.Context("cuda", 0)
-    except (fp4rl.DeviceError, fp4rl.UnsupportedError) as e:
-        pytest.skip(f"no CUDA context: {e}")
-    yield ctx
-    ctx.close()
-
-
 def test_device_tensors_round_trip(gpu):
     assert gpu.device == "cuda"
     x = np.random.default_rng(0).standard_normal((3, 5, 7)).astype(np.float32)

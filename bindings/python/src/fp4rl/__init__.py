@@ -26,6 +26,7 @@ from .capi import (
     UnsupportedError,
 )
 from ._context import Context, Tensor, nccl_unique_id
+from ._dlpack import from_dlpack
 from ._model import Model
 from ._policy import QuantPolicy
 from ._config import GRPOConfig
@@ -49,7 +50,7 @@ def last_error() -> str:
 
 
 __all__ = [
-    "Context", "Tensor", "nccl_unique_id", "QuantPolicy", "Model", "RLSession", "GRPOConfig", "Completion", "pack_prompts",
+    "Context", "Tensor", "from_dlpack", "nccl_unique_id", "QuantPolicy", "Model", "RLSession", "GRPOConfig", "Completion", "pack_prompts",
     "Error", "InvalidArgumentError", "ShapeError", "DTypeError", "UnsupportedError", "OutOfMemoryError",
     "DeviceError", "FileIOError", "IOError_", "CorruptError", "CallbackError", "InternalError",
     "DTYPES", "PRESETS", "METRICS", "version", "last_error", "capi",

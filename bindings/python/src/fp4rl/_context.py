@@ -7,7 +7,7 @@ from typing import Iterable
 
 import numpy as np
 
-from . import _names, capi
+from . import _dlpack, _names, capi
 from ._base import _Owned, as_array
 
 # numpy dtype of a dense tensor's host elements (bf16: its uint16 bit patterns)
@@ -28,6 +28,7 @@ class Context(_Owned):
 
     def __init__(self, device: str | int = "cpu", ordinal: int = 0, *, seed: int | None = None):
         self._adopt(capi.fp4rl_context_create(_names.lookup(_names.DEVICES, device, "device"), ordinal))
+        self._ordinal, self._stream = ordinal, None
         if seed is not None:
             self.seed = seed
 
@@ -40,6 +41,7 @@ class Context(_Owned):
         same global prompts to ``RLSession.step``."""
         ctx = object.__new__(cls)
         ctx._adopt(capi.fp4rl_context_create_distributed(ordinal, rank, world_size, bytes(nccl_id)))
+        ctx._ordinal, ctx._stream = ordinal, None
         if seed is not None:
             ctx.seed = seed
         return ctx
@@ -61,6 +63,34 @@ class Context(_Owned):
     def device(self) -> str:
         code = capi.fp4rl_context_device(self._h)
         return next((k for k, v in _names.DEVICES.items() if v == code), str(code))
+
+    # ---- streams (CUDA) ----
+    def set_stream(self, stream) -> None:
+        """Orders all of the context's later work on ``stream`` (after its earlier work): a
+        ``torch.cuda.Stream`` (e.g. ``torch.cuda.current_stream()``; its default stream is CUDA's
+        legacy stream), a ``cupy.cuda.Stream``, a cudaStream_t as an int, or None for the
+        context's own stream. On the same stream as the framework, fp4rl and it need no other
+        synchronization. The stream must outlive its use: set None before destroying it. A CPU
+        context takes None only (UnsupportedError otherwise)."""
+        s = _dlpack.stream_handle(stream)
+        capi.fp4rl_context_set_stream(self._h, s)
+        self._stream = s
+
+    @property
+    def stream(self) -> int | None:
+        """The stream set by :meth:`set_stream` as an int (None: the context's own)."""
+        return self._stream
+
+    def _order_before(self, stream: int | None) -> None:
+        # `stream` waits for the context's queued work: switching to it records the context's
+        # stream's progress into it, switching back orders the context after it again
+        if stream == self._stream:
+            return
+        capi.fp4rl_context_set_stream(self._h, stream)
+        capi.fp4rl_context_set_stream(self._h, self._stream)
+
+    def _dlpack_device(self) -> tuple[int, int]:
+        return (_dlpack.DL_CPU, 0) if self.device == "cpu" else (_dlpack.DL_CUDA, self._ordinal)
 
     # ---- random state (stochastic rounding) ----
     @property
@@ -203,6 +233,31 @@ class Tensor(_Owned):
             a = as_array(a, _HOST_DTYPE[name], "data")
         shape = a.shape if a.ndim else (1,)
         return cls._wrap(ctx, capi.fp4rl_tensor_from_host(ctx._h, _names.DTYPES[name], shape, a))
+
+    @classmethod
+    def from_dlpack(cls, x, ctx: Context | None = None) -> "Tensor":
+        """See :func:`fp4rl.from_dlpack` (no copy)."""
+        return _dlpack.from_dlpack(x, ctx)
+
+    # ---- the DLPack protocol (producer side; no copy) ----
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of the tensor's elements in place (dense tensors). On a GPU the
+        consumer's ``stream`` is ordered after the context's queued work (None: the legacy default
+        stream; -1: no ordering). The capsule keeps this tensor alive."""
+        return _dlpack.export(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(DLPack device type, device id): (1, 0) on the CPU, (2, ordinal) on a GPU."""
+        return self.ctx._dlpack_device()
+
+    @property
+    def data_ptr(self) -> int:
+        """The address of a dense tensor's elements (device memory on a GPU); DTypeError for a
+        quantized tensor."""
+        p = capi.fp4rl_tensor_data(self._h)
+        if p is None:
+            raise capi.DTypeError(capi.fp4rl_last_error())
+        return p
 
     def __repr__(self) -> str:
         if self.closed:

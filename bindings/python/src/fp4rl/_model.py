@@ -118,9 +118,27 @@ class Model(_Owned):
     def set_param(self, name: str, value) -> None:
         capi.fp4rl_model_set_param(self._h, name, as_array(value, np.float32, name))
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Every master weight (FP32 copies) under its HF name, in checkpoint order."""
-        return {n: self.get_param(n) for n in self.param_names}
+    def param_tensor(self, name: str):
+        """A dense f32 fp4rl Tensor that is the master weight ``name`` itself (no copy, on the
+        model's device): writes through it change the model, optimizer steps show in it, and
+        ``torch.from_dlpack`` / ``np.from_dlpack`` of it see the same memory. It keeps the weights'
+        memory alive even past the model's close (fp4rl_model_param_tensor)."""
+        from ._context import Tensor
+
+        return Tensor._wrap(self.ctx, capi.fp4rl_model_param_tensor(self._h, name))
+
+    def state_dict(self, copy: bool = False) -> dict:
+        """Every master weight under its HF name, in checkpoint order. By default without copies,
+        like torch's state_dict: on the CPU numpy arrays on the weights' memory, on a GPU fp4rl
+        Tensors on it (``torch.from_dlpack(v)`` each, still no copy; ``np.asarray(v)`` copies to
+        the host). They change when the model trains; ``copy=True`` gives independent FP32 host
+        copies (numpy) instead."""
+        if copy:
+            return {n: self.get_param(n) for n in self.param_names}
+        views = {n: self.param_tensor(n) for n in self.param_names}
+        if self.ctx.device == "cpu":
+            return {n: np.from_dlpack(v) for n, v in views.items()}
+        return views
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
         """Sets weights from {HF name: array} (float32, BF16 or torch tensors). Every name and shape
