@@ -648,9 +648,10 @@ FP4RL_API fp4rl_status fp4rl_rl_session_load(fp4rl_rl_session *s, const char *di
  * (release may be NULL), exactly once. On failure no tensor is made and release is not called.
  * The caller keeps the memory valid until then, and orders its own use of it against the
  * context's stream (fp4rl_context_set_stream). */
+typedef void (*fp4rl_release_fn)(void *release_ctx); /* = void (*release)(void *) */
 FP4RL_API fp4rl_status fp4rl_tensor_wrap(fp4rl_tensor **out, fp4rl_context *ctx, fp4rl_dtype dtype, int ndim,
                                          const int64_t *shape, const int64_t *strides, void *data,
-                                         void (*release)(void *), void *release_ctx);
+                                         fp4rl_release_fn release, void *release_ctx);
 /* The address of a dense tensor's elements (row-major, contiguous) in the memory of its context's
  * device: for handing it to other frameworks. Valid until the tensor is destroyed. NULL for a
  * NULL or quantized tensor, with fp4rl_last_error() saying why. */

@@ -39,6 +39,7 @@ using Libdl
 export Context, QuantPolicy, Tensor, Model, RLSession, FP4RLError
 export destroy!, cshape, nbytes, dtype, set_seed!, rng_state, set_rng_offset!
 export memory, reset_peak_memory!
+export wrap, data_pointer, set_stream!, param_tensor
 export nccl_unique_id, distributed_context
 # device and context are not exported: CUDA.jl exports a `device` too; use FP4RL.device(ctx).
 export quant_info, codes, scales, import_quantized, quantize, dequantize, matmul, matmul!, quant_error

@@ -155,3 +155,20 @@ function Base.show(io::IO, ctx::Context)
         print(io, "FP4RL.Context(", device(ctx), ")")
     end
 end
+
+"""
+    set_stream!(ctx::Context, stream::Ptr{Cvoid})
+
+Orders all of the context's later work on `stream` (a `cudaStream_t`, e.g. CUDA.jl's
+`CUDA.stream().handle` converted with `Ptr{Cvoid}`; `C_NULL` = the context's own stream), after
+its earlier work (`fp4rl_context_set_stream`). The stream must stay valid while set. A CPU
+context takes `C_NULL` only.
+"""
+function set_stream!(ctx::Context, stream::Ptr{Cvoid})
+    _with(ctx) do
+        GC.@preserve stream begin  # a bits value: nothing to root, but the checker wants every pointer here
+            _check(ccall((:fp4rl_context_set_stream, libfp4rl()), Cint, (Ptr{Cvoid}, Ptr{Cvoid}), ctx, stream))
+        end
+    end
+    return ctx
+end

@@ -349,3 +349,18 @@ function Base.show(io::IO, m::Model)
               ", ", model_info(m, MI_NUM_LAYERS), " layers)")
     end
 end
+
+"""
+    param_tensor(m::Model, name) -> Tensor
+
+A dense F32 view (no copy) of the master weight `name` on the model's device
+(`fp4rl_model_param_tensor`): writes through it change the model, optimizer steps show in it. It
+keeps the weights' memory alive, so it may outlive `m` (not its context).
+"""
+function param_tensor(m::Model, name::AbstractString)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    return _with(m) do
+        _check(ccall((:fp4rl_model_param_tensor, libfp4rl()), Cint, (Ptr{Cvoid}, Cstring, Ref{Ptr{Cvoid}}), m, name, out))
+        _adopt!(Tensor(m.ctx, out[], _Wrap()))
+    end
+end

@@ -22,8 +22,9 @@ mutable struct Tensor <: Handle
     released::Bool
     children::Int           # nothing depends on a tensor; kept for the shared release code
     const ctx::Context
+    owner::Any              # `wrap`: the Julia array whose memory the tensor is (kept alive by it)
 
-    Tensor(ctx::Context, ptr::Ptr{Cvoid}, ::_Wrap) = new(ptr, false, 0, ctx)
+    Tensor(ctx::Context, ptr::Ptr{Cvoid}, ::_Wrap) = new(ptr, false, 0, ctx, nothing)
 end
 
 _context(t::Tensor) = t.ctx
@@ -397,4 +398,56 @@ function Base.show(io::IO, t::Tensor)
     else
         print(io, "FP4RL.Tensor(", dtype_name(dtype(t)), ", size ", size(t), ")")
     end
+end
+
+# ---- zero copy ----
+"""
+    wrap(ctx::Context, A::Array{T}) where T <: Union{Float32, UInt16, Int32}
+
+A dense tensor on `A`'s own memory, without a copy (`fp4rl_tensor_wrap`): the library reads and
+writes `A` in place (F32, BF16 bit patterns, I32; C shape `reverse(size(A))`, as `Tensor(ctx, A)`).
+The tensor keeps `A` alive. A CPU context only (a CUDA context refuses host memory); for device
+memory (a `CuArray`) use `wrap(ctx, ptr, dtype, dims...; owner)`.
+"""
+function wrap(ctx::Context, A::Array{T}) where {T<:Union{Float32,UInt16,Int32}}
+    t = wrap(ctx, Ptr{Cvoid}(pointer(A)), _dtype_of(T), size(A)...; owner=A)
+    return t
+end
+
+"""
+    wrap(ctx::Context, ptr::Ptr{Cvoid}, dtype, dims...; owner)
+
+A dense tensor on the memory at `ptr` (host memory for a CPU context, device memory of the
+context's GPU for a CUDA one), of Julia size `dims` (contiguous), without a copy. `owner` is kept
+alive by the tensor: pass the object that owns the memory (a `CuArray`, say).
+"""
+function wrap(ctx::Context, ptr::Ptr{Cvoid}, dt::Union{DType,Integer}, dims::Integer...; owner)
+    shape = _cdims(dims)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    return _with(ctx) do
+        GC.@preserve shape owner ptr begin
+            # release NULL: `owner` is held by the Julia Tensor, whose finalizer destroys the C
+            # tensor before `owner` can be collected
+            _check(ccall((:fp4rl_tensor_wrap, libfp4rl()), Cint,
+                         (Ref{Ptr{Cvoid}}, Ptr{Cvoid}, Cint, Cint, Ptr{Int64}, Ptr{Int64}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}),
+                         out, ctx, _cint(dt), Cint(length(shape)), pointer(shape), C_NULL, ptr, C_NULL, C_NULL))
+        end
+        t = _adopt!(Tensor(ctx, out[], _Wrap()))
+        t.owner = owner
+        t
+    end
+end
+
+"""
+    data_pointer(t::Tensor) -> Ptr{Cvoid}
+
+The address of a dense tensor's elements in its context's device memory (`fp4rl_tensor_data`);
+an error for a quantized tensor. Valid while `t` lives.
+"""
+function data_pointer(t::Tensor)
+    p = _with(t) do
+        ccall((:fp4rl_tensor_data, libfp4rl()), Ptr{Cvoid}, (Ptr{Cvoid},), t)
+    end
+    p == C_NULL && throw(FP4RLError(ERR_DTYPE, last_error()))
+    return p
 end

@@ -287,6 +287,28 @@ end
     throws_status(() -> quantize(ta, DTYPE_F32), FP4RL.ERR_DTYPE)
 end
 
+@testset "zero copy: wrap, data_pointer, param_tensor, set_stream!" begin
+    ctx = Context()
+    A = Float32[1 2 3; 4 5 6]                 # Julia 2x3 = C shape [3, 2]
+    t = wrap(ctx, A)
+    @test data_pointer(t) == Ptr{Cvoid}(pointer(A))   # no copy
+    @test cshape(t) == [3, 2]
+    A[2, 3] = -1.0f0                          # the library sees Julia's writes
+    @test Array(t)[2, 3] == -1.0f0
+    @test_throws FP4RLError wrap(ctx, Ptr{Cvoid}(pointer(A)), DTYPE_HIF4, 2, 3; owner=A)
+    q = quantize(Tensor(ctx, ones(Float32, 32, 1)), DTYPE_MXFP4)
+    @test_throws FP4RLError data_pointer(q)
+    m = Model(ctx, TINY; seed=1)
+    name = "model.norm.weight"
+    v = param_tensor(m, name)
+    @test Array(v) == get_param(m, name)
+    unsafe_store!(Ptr{Float32}(data_pointer(v)), 0.5f0)   # a write through the view is the weight
+    @test get_param(m, name)[1] == 0.5f0
+    @test_throws FP4RLError param_tensor(m, "no.such.weight")
+    set_stream!(ctx, C_NULL)
+    @test_throws FP4RLError set_stream!(ctx, Ptr{Cvoid}(UInt(8)))
+end
+
 @testset "Model: save_pretrained round trip, sharded; eos as default stop tokens" begin
     ctx = Context()
     m = from_pretrained(ctx, joinpath(FIXTURES, "gqa"))

@@ -202,6 +202,9 @@ pub const FP4RL_MI_NUM_TENSORS: fp4rl_model_info = 11;
 /// The reward of one completion. Return 0 and set `*reward` (finite) on success; a non-zero
 /// return or a NaN reward stops the step with FP4RL_ERR_CALLBACK. `Option` because the C
 /// function pointer may be NULL (the library then reports FP4RL_ERR_INVALID_ARGUMENT).
+/// Called once, with `release_ctx`, when a tensor made by `fp4rl_tensor_wrap` is destroyed (after
+/// the context's queued work is done): the caller's memory is its own again. `Option`: may be NULL.
+pub type fp4rl_release_fn = Option<unsafe extern "C" fn(release_ctx: *mut c_void)>;
 pub type fp4rl_reward_fn = Option<
     unsafe extern "C" fn(
         user: *mut c_void,
@@ -507,4 +510,20 @@ extern "C" {
     pub fn fp4rl_rl_session_step_count(s: *const fp4rl_rl_session, steps: *mut i64) -> fp4rl_status;
     pub fn fp4rl_rl_session_save(s: *const fp4rl_rl_session, dir: *const c_char) -> fp4rl_status;
     pub fn fp4rl_rl_session_load(s: *mut fp4rl_rl_session, dir: *const c_char) -> fp4rl_status;
+
+    // Zero-copy tensors and streams
+    pub fn fp4rl_tensor_wrap(
+        out: *mut *mut fp4rl_tensor,
+        ctx: *mut fp4rl_context,
+        dtype: fp4rl_dtype,
+        ndim: c_int,
+        shape: *const i64,
+        strides: *const i64,
+        data: *mut c_void,
+        release: fp4rl_release_fn,
+        release_ctx: *mut c_void,
+    ) -> fp4rl_status;
+    pub fn fp4rl_tensor_data(t: *const fp4rl_tensor) -> *mut c_void;
+    pub fn fp4rl_context_set_stream(ctx: *mut fp4rl_context, cuda_stream: *mut c_void) -> fp4rl_status;
+    pub fn fp4rl_model_param_tensor(m: *mut fp4rl_model, name: *const c_char, out: *mut *mut fp4rl_tensor) -> fp4rl_status;
 }

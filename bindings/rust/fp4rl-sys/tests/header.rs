@@ -651,7 +651,7 @@ fn declarations_match_every_header() {
             header.consts.len()
         );
         assert_eq!(header.opaque.len(), 5);
-        assert_eq!(header.callbacks.len(), 1);
+        assert_eq!(header.callbacks.len(), 2); // fp4rl_reward_fn, fp4rl_release_fn
         let errs = compare(&header, &rust);
         assert!(
             errs.is_empty(),
@@ -807,6 +807,10 @@ fn every_function_links() {
         addr!(fp4rl_model_from_pretrained),
         addr!(fp4rl_model_save_pretrained),
         addr!(fp4rl_rl_session_get_stop_tokens),
+        addr!(fp4rl_tensor_wrap),
+        addr!(fp4rl_tensor_data),
+        addr!(fp4rl_context_set_stream),
+        addr!(fp4rl_model_param_tensor),
     ];
     for (name, addr) in table {
         assert_ne!(*addr, 0, "{name} resolved to address 0");

@@ -146,6 +146,18 @@ impl Context {
         check(unsafe { sys::fp4rl_context_set_rng_offset(self.raw.as_ptr(), offset) })
     }
 
+    /// Orders all of the context's later work on `cuda_stream` (a `cudaStream_t`; null = the
+    /// context's own stream), after its earlier work (`fp4rl_context_set_stream`). A CPU context
+    /// takes null only ([`Status::Unsupported`](crate::Status::Unsupported) otherwise).
+    ///
+    /// # Safety
+    /// A non-null `cuda_stream` must be a valid stream and stay valid while it is set (set null
+    /// again, or drop the context, before destroying it).
+    pub unsafe fn set_stream(&self, cuda_stream: *mut std::ffi::c_void) -> Result<()> {
+        // SAFETY: a live handle; the stream is the caller's promise.
+        check(unsafe { sys::fp4rl_context_set_stream(self.raw.as_ptr(), cuda_stream) })
+    }
+
     /// The raw handle, for calls into fp4rl-sys. It stays owned by this `Context`.
     pub fn as_ptr(&self) -> *mut sys::fp4rl_context {
         self.raw.as_ptr()

@@ -11,6 +11,7 @@ use crate::context::Context;
 use crate::enums::{DType, MParam, ModelInfo};
 use crate::error::{check, Error, Result, Status};
 use crate::policy::{policy_ptr, QuantPolicy};
+use crate::tensor::Tensor;
 
 /// The loss and the gradient norm (before clipping) of a supervised step.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -343,6 +344,17 @@ impl<'ctx> Model<'ctx> {
                 Ok(unsafe { crate::error::owned_str(p) })
             })
             .collect()
+    }
+
+    /// A dense F32 view (no copy) of the master weight `name` on the model's device
+    /// (`fp4rl_model_param_tensor`): writes through it change the model, optimizer steps show in
+    /// it. It keeps the weights' memory alive, so it may outlive this `Model` (not its context).
+    pub fn param_tensor(&self, name: &str) -> Result<Tensor<'ctx>> {
+        let n = c_string(name, "Model::param_tensor")?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a live model handle and a NUL-terminated name.
+        check(unsafe { sys::fp4rl_model_param_tensor(self.raw.as_ptr(), n.as_ptr(), &mut raw) })?;
+        Ok(Tensor::wrap(raw, self.ctx))
     }
 
     /// The shape of the parameter with HF name `name` (1 or 2 dims).

@@ -101,7 +101,7 @@ fn valid_numel(shape: &[i64]) -> Option<Option<usize>> {
 }
 
 impl<'ctx> Tensor<'ctx> {
-    fn wrap(raw: *mut sys::fp4rl_tensor, ctx: &'ctx Context) -> Tensor<'ctx> {
+    pub(crate) fn wrap(raw: *mut sys::fp4rl_tensor, ctx: &'ctx Context) -> Tensor<'ctx> {
         Tensor {
             raw: NonNull::new(raw).expect("fp4rl returned OK and a NULL tensor"),
             ctx,
@@ -386,6 +386,79 @@ impl<'ctx> Tensor<'ctx> {
     /// The raw handle, for calls into fp4rl-sys. It stays owned by this `Tensor`.
     pub fn as_ptr(&self) -> *mut sys::fp4rl_tensor {
         self.raw.as_ptr()
+    }
+
+    /// A dense tensor on the caller's host memory, without a copy (`fp4rl_tensor_wrap`): the
+    /// library reads and writes `data` in place. The tensor borrows `data` mutably for its whole
+    /// life, so Rust code cannot touch the memory meanwhile. A CPU context only (a CUDA context
+    /// refuses host memory); `data.len()` must equal prod(`shape`).
+    pub fn wrap_slice<'a, T: Element>(ctx: &'a Context, data: &'a mut [T], shape: &[i64]) -> Result<Tensor<'a>> {
+        if let Some(n) = valid_numel(shape) {
+            if n != Some(data.len()) {
+                return Err(Error::new(
+                    Status::Shape,
+                    format!("Tensor::wrap_slice: {} elements for shape {shape:?}", data.len()),
+                ));
+            }
+        }
+        // SAFETY: `data` holds prod(shape) elements (checked above, or the library rejects the
+        // shape first) and stays borrowed, so valid and unaliased, while the tensor lives.
+        unsafe { Tensor::wrap_raw(ctx, T::DTYPE, shape, None, data.as_mut_ptr().cast(), None, ptr::null_mut()) }
+    }
+
+    /// A dense tensor on memory the caller owns (host memory for a CPU context, device memory of
+    /// the context's GPU for a CUDA context), without a copy; `strides` in elements (None =
+    /// contiguous; only contiguous layouts are taken). `release(release_ctx)` runs once when the
+    /// tensor is dropped, after the context's queued work.
+    ///
+    /// # Safety
+    /// `data` must hold prod(`shape`) elements of `dtype` and stay valid, and used by nothing
+    /// else that races with the library, until `release` runs (or the tensor is dropped).
+    pub unsafe fn wrap_raw(
+        ctx: &'ctx Context,
+        dtype: DType,
+        shape: &[i64],
+        strides: Option<&[i64]>,
+        data: *mut c_void,
+        release: sys::fp4rl_release_fn,
+        release_ctx: *mut c_void,
+    ) -> Result<Tensor<'ctx>> {
+        let (ndim, dims) = shape_args(shape, "Tensor::wrap_raw")?;
+        if let Some(s) = strides {
+            if s.len() != shape.len() {
+                return Err(Error::new(
+                    Status::Shape,
+                    format!("Tensor::wrap_raw: {} strides for {} dims", s.len(), shape.len()),
+                ));
+            }
+        }
+        let mut raw = ptr::null_mut();
+        // SAFETY: `dims` (and `strides`, when given) have `ndim` entries; the rest is the caller's promise.
+        check(unsafe {
+            sys::fp4rl_tensor_wrap(
+                &mut raw,
+                ctx.as_ptr(),
+                dtype.as_raw(),
+                ndim,
+                dims,
+                strides.map_or(ptr::null(), <[i64]>::as_ptr),
+                data,
+                release,
+                release_ctx,
+            )
+        })?;
+        Ok(Tensor::wrap(raw, ctx))
+    }
+
+    /// The address of a dense tensor's elements in its context's device memory (to hand to
+    /// another framework); an error for a quantized tensor. Valid while the tensor lives.
+    pub fn data_ptr(&self) -> Result<*mut c_void> {
+        // SAFETY: a live handle.
+        let p = unsafe { sys::fp4rl_tensor_data(self.raw.as_ptr()) };
+        if p.is_null() {
+            return Err(Error::last(Status::Dtype.as_raw()));
+        }
+        Ok(p)
     }
 }
 

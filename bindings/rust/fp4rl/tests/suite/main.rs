@@ -9,3 +9,4 @@ mod model;
 mod rl_e2e;
 mod session;
 mod tensor;
+mod zero_copy;
