@@ -292,11 +292,14 @@ END_TEST
 
 /* What a block keeps for backward is the narrowest exact form: in BF16 numerics the FP32 inputs of
  * the linears (ln1, ln2, h) die in the forward (their BF16 operands are saved); with 1D FP4 blocks
- * the backward re-quantizes them along tokens, so they stay. */
+ * and nearest rounding the forward also makes and saves their along-tokens operands (shared by
+ * q/k/v and gate/up like the forward ones), so they die too; with stochastic activations the
+ * backward draws those operands itself (the FP32 path's order of draws), so they stay. */
 START_TEST(test_block_keeps_narrow_operands)
 {
-    for (int bf16 = 0; bf16 < 2; bf16++) {
-        fp4rl_quant_policy *p = preset_policy(FP4RL_PRESET_HIF4_RL, bf16);
+    for (int mode = 0; mode < 3; mode++) { /* 0: HiF4 1D, 1: BF16, 2: HiF4 1D with stochastic activations */
+        fp4rl_quant_policy *p = preset_policy(FP4RL_PRESET_HIF4_RL, mode == 1);
+        if (mode == 2) ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_ROUNDING_ACTIVATION, FP4RL_ROUND_STOCHASTIC), FP4RL_OK);
         fp4rl_model *m;
         ck_assert_msg(fp4rl_model_create(&m, ctx, config(1, 96), p, 3) == FP4RL_OK, "%s", fp4rl_last_error());
         enum { B = 2, T = 16 };
@@ -308,11 +311,19 @@ START_TEST(test_block_keeps_narrow_operands)
         const fp4rl_block_batch bt = {pos, len, B, T};
         fp4rl_block_acts A = {.mem = {.ctx = ctx}};
         ck_assert_msg(fp4rl_block_forward(m, 0, &bt, &A, x, NULL) == FP4RL_OK, "%s", fp4rl_last_error());
-        if (bf16) {
+        const fp4rl_linear_saved *sv = A.sv;
+        if (mode < 2) {
             ck_assert(!A.ln1 && !A.ln2 && !A.h);
-            ck_assert(A.sv[FP4RL_LIN_Q].xb && A.sv[FP4RL_LIN_K].xb == A.sv[FP4RL_LIN_Q].xb && A.sv[FP4RL_LIN_DOWN].xb);
+            ck_assert(sv[FP4RL_LIN_Q].xb && sv[FP4RL_LIN_K].xb == sv[FP4RL_LIN_Q].xb && sv[FP4RL_LIN_DOWN].xb);
         } else {
             ck_assert(A.ln1 && A.ln2 && A.h);
+        }
+        if (mode == 0) { /* the along-tokens operands, one per input */
+            ck_assert(sv[FP4RL_LIN_Q].xbt && sv[FP4RL_LIN_K].xbt == sv[FP4RL_LIN_Q].xbt && sv[FP4RL_LIN_V].xbt == sv[FP4RL_LIN_Q].xbt);
+            ck_assert(sv[FP4RL_LIN_GATE].xbt && sv[FP4RL_LIN_UP].xbt == sv[FP4RL_LIN_GATE].xbt && sv[FP4RL_LIN_DOWN].xbt);
+            ck_assert(sv[FP4RL_LIN_GATE].xbt != sv[FP4RL_LIN_GATE].xb);
+        } else {
+            for (int i = 0; i < FP4RL_LIN_COUNT; i++) ck_assert(!sv[i].xbt);
         }
         fp4rl_arena_free(&A.mem);
         free(x);

@@ -42,6 +42,7 @@ fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_ba
     const int share_up = fp4rl_linear_same_activation(m, &s_blk, &s_blk);
     TRY(fp4rl_linear_forward(m, a, &s_qk, &A->sv[FP4RL_LIN_Q], A->q, A->ln1, W(l, FP4RL_LP_Q_W), W(l, FP4RL_LP_Q_B), N, C, QD, NULL));
     ln1_op.xb = A->sv[FP4RL_LIN_Q].xb;
+    ln1_op.xbt = A->sv[FP4RL_LIN_Q].xbt;
     TRY(fp4rl_linear_forward(m, a, &s_qk, &A->sv[FP4RL_LIN_K], A->k, A->ln1, W(l, FP4RL_LP_K_W), W(l, FP4RL_LP_K_B), N, C, KD,
                              share_k ? &ln1_op : NULL));
     TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_V], A->v, A->ln1, W(l, FP4RL_LP_V_W), W(l, FP4RL_LP_V_B), N, C, KD,
@@ -61,6 +62,7 @@ fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_ba
     TRY(ops->rmsnorm_forward(ctx, A->ln2, A->rstd2, A->x1, W(l, FP4RL_LP_LN2), N, C, eps));
     TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_GATE], A->gate, A->ln2, W(l, FP4RL_LP_GATE_W), NULL, N, C, I, NULL));
     ln2_op.xb = A->sv[FP4RL_LIN_GATE].xb;
+    ln2_op.xbt = A->sv[FP4RL_LIN_GATE].xbt;
     TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_UP], A->up, A->ln2, W(l, FP4RL_LP_UP_W), NULL, N, C, I,
                              share_up ? &ln2_op : NULL));
     if (!keep_blk) {

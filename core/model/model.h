@@ -101,6 +101,8 @@ typedef struct fp4rl_linear_spec {
 typedef struct fp4rl_linear_saved {
     float *xq, *wq;
     uint16_t *xb, *wb;
+    uint16_t *xbt; /* 1D FP4 activations (nearest): the dW GEMM's operand along tokens, made in the
+                    * forward from the same read, so the FP32 input need not live until backward */
 } fp4rl_linear_saved;
 
 /* A transformer-block linear in the training (rollout = 0) or rollout numerics of the model's

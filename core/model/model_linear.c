@@ -246,11 +246,24 @@ int fp4rl_model_forward_draws(const fp4rl_model *m)
            stochastic(m, &blk, FP4RL_ROLE_WEIGHT) || stochastic(m, &blk, FP4RL_ROLE_ACTIVATION);
 }
 
+/* 1D FP4 activation blocks: the dW GEMM needs x quantized along tokens too (another operand) */
+static int x_along_tokens(const fp4rl_linear_spec *s)
+{
+    return s->mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUM_FP4 && !s->tile[FP4RL_ROLE_ACTIVATION];
+}
+
+/* The along-tokens operand is made in the forward (sv->xbt) when that changes no random draw:
+ * with nearest rounding. A stochastic one is drawn in the backward, in the FP32 path's order. */
+static int xbt_in_forward(const fp4rl_model *m, const fp4rl_linear_spec *s)
+{
+    return bf16_path(m, s) && x_along_tokens(s) && !stochastic(m, s, FP4RL_ROLE_ACTIVATION);
+}
+
 int fp4rl_linear_reads_x(const fp4rl_model *m, const fp4rl_linear_spec *s)
 {
     /* the FP32 path keeps pointers into x (FP32 mode) or re-quantizes from it; the BF16 path
-     * re-makes x only with 1D FP4 blocks (along tokens for dW) */
-    return !bf16_path(m, s) || (s->mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUM_FP4 && !s->tile[FP4RL_ROLE_ACTIVATION]);
+     * re-makes x only for a stochastic along-tokens operand (1D FP4 blocks) */
+    return !bf16_path(m, s) || (x_along_tokens(s) && !xbt_in_forward(m, s));
 }
 
 int fp4rl_linear_same_activation(const fp4rl_model *m, const fp4rl_linear_spec *a, const fp4rl_linear_spec *b)
@@ -274,8 +287,10 @@ fp4rl_status fp4rl_linear_forward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_li
         /* the weight first, then the activation: the FP32 path's order of random draws */
         const uint16_t *wb = reuse && reuse->wb ? reuse->wb : bf16_operand(m, keep_w ? a : &t, w, OUT, IN, s, W, 0);
         if (wb) sv->xb = reuse && reuse->xb && !stochastic(m, s, X) ? reuse->xb : bf16_operand(m, a, x, N, IN, s, X, 0);
-        fp4rl_status st = !wb ? (keep_w ? a->st : t.st) : !sv->xb ? a->st
-                                                                  : m->ops->linear_forward_bf16(m->ctx, y, sv->xb, wb, b, N, IN, OUT);
+        if (sv->xb && xbt_in_forward(m, s)) sv->xbt = reuse && reuse->xbt ? reuse->xbt : bf16_operand(m, a, x, N, IN, s, X, 1);
+        const int ok = sv->xb && (sv->xbt || !xbt_in_forward(m, s));
+        fp4rl_status st = !wb ? (keep_w ? a->st : t.st) : !ok ? a->st
+                                                              : m->ops->linear_forward_bf16(m->ctx, y, sv->xb, wb, b, N, IN, OUT);
         if (reuse && reuse->wb) sv->wb = reuse->wb;
         else if (keep_w) sv->wb = (uint16_t *)wb;
         fp4rl_arena_free(&t);
@@ -311,7 +326,7 @@ static fp4rl_status backward_bf16(fp4rl_model *m, fp4rl_arena *t, const fp4rl_li
     const int same_w = s->mode[W] != FP4RL_NUM_FP4 || s->tile[W];
     const uint16_t *wb = !g2 ? NULL : same_w && sv->wb ? sv->wb : bf16_operand(m, t, w, OUT, IN, s, W, 1);
     /* X along tokens: the saved forward operand unless 1D FP4 */
-    const uint16_t *xb = !wb ? NULL : s->mode[X] != FP4RL_NUM_FP4 || s->tile[X] ? sv->xb : bf16_operand(m, t, x, N, IN, s, X, 1);
+    const uint16_t *xb = !wb ? NULL : !x_along_tokens(s) ? sv->xb : sv->xbt ? sv->xbt : bf16_operand(m, t, x, N, IN, s, X, 1);
     if (!xb) return t->st ? t->st : fp4rl_fail(FP4RL_ERR_INTERNAL, "model linear: no saved forward operand");
     return m->ops->linear_backward_bf16(m->ctx, dx, dw, db, dx ? g1 : NULL, dx ? wb : NULL, dw ? g2 : NULL, dw ? xb : NULL,
                                         dy, N, IN, OUT);
