@@ -204,5 +204,5 @@ int main(void)
     tcase_add_test(tc, test_set_stream_other_device);
     tcase_add_test(tc, test_param_tensor_on_device);
     suite_add_tcase(s, tc);
-    return fp4rl_check_run(s);
+    return fp4rl_check_run_nofork(s); /* CUDA state does not survive fork() */
 }
