@@ -381,6 +381,60 @@ START_TEST(test_rl_microbatches_equal_one_pass)
 }
 END_TEST
 
+/* The gradient buffer lives only while gradients are needed: a model holds none after creation,
+ * an RL step makes it for its train phase and releases it after the update (the rollout phase of
+ * the next step never holds it), and the model's own API keeps it once made. */
+START_TEST(test_grads_only_in_train_phase)
+{
+    fp4rl_quant_policy *p = preset_policy(FP4RL_PRESET_HIF4_RL, 0);
+    fp4rl_model *m;
+    ck_assert_msg(fp4rl_model_create(&m, ctx, config(2, 64), p, 1) == FP4RL_OK, "%s", fp4rl_last_error());
+    const size_t gbytes = (size_t)m->total * sizeof(float);
+    size_t base, in_use, peak, reserved;
+    ck_assert(m->g == NULL);
+    ck_assert_int_eq(fp4rl_context_memory(ctx, &base, &peak, &reserved), FP4RL_OK);
+    fp4rl_rl_session *s;
+    ck_assert_int_eq(fp4rl_rl_session_create(&s, ctx, m, p), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_GROUP_SIZE, 4), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_rl_session_set(s, FP4RL_RL_MAX_NEW_TOKENS, 6), FP4RL_OK);
+    const int32_t prompts[6] = {1, 2, 3, 4, 5, 6};
+    const size_t off[3] = {0, 3, 6};
+    for (int step = 0; step < 2; step++) {
+        ck_assert_int_eq(fp4rl_context_reset_peak_memory(ctx), FP4RL_OK);
+        ck_assert_msg(fp4rl_rl_session_step(s, prompts, off, 2, token_sum, NULL) == FP4RL_OK, "%s", fp4rl_last_error());
+        ck_assert_int_eq(fp4rl_context_memory(ctx, &in_use, &peak, &reserved), FP4RL_OK);
+        ck_assert_msg(m->g == NULL, "step %d: the gradients outlive the step", step);
+        ck_assert_msg(peak >= base + gbytes, "step %d: peak %zu never held the %zu gradient bytes over %zu", step, peak, gbytes, base);
+        ck_assert_msg(in_use <= base + gbytes / 2, "step %d: %zu bytes in use after the step, %zu before", step, in_use, base);
+        double gn = 0;
+        ck_assert_int_eq(fp4rl_rl_session_metric(s, "grad_norm", &gn), FP4RL_OK);
+        ck_assert(gn > 0);
+    }
+    /* released gradients read as zeros; the model's API makes and keeps them */
+    float *g = malloc(gbytes);
+    const char *name = "model.layers.0.mlp.down_proj.weight";
+    int nd = 0;
+    int64_t dims[8], numel = 1;
+    ck_assert_int_eq(fp4rl_model_param_shape(m, name, &nd, dims), FP4RL_OK);
+    for (int i = 0; i < nd; i++) numel *= dims[i];
+    g[0] = 1.0f;
+    ck_assert_int_eq(fp4rl_model_get_grad(m, name, g, (size_t)numel * sizeof(float)), FP4RL_OK);
+    ck_assert(g[0] == 0.0f);
+    int32_t tok[2 * 5] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    double loss = 0;
+    ck_assert_int_eq(fp4rl_model_compute_gradients(m, tok, NULL, NULL, 2, 5, &loss), FP4RL_OK);
+    ck_assert(m->g != NULL);
+    ck_assert_int_eq(fp4rl_model_get_grad(m, name, g, (size_t)numel * sizeof(float)), FP4RL_OK);
+    double sq = 0;
+    for (int64_t i = 0; i < numel; i++) sq += (double)g[i] * g[i];
+    ck_assert(sq > 0);
+    free(g);
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model_memory");
@@ -394,6 +448,7 @@ int main(void)
     tcase_add_test(tc, test_rl_microbatches_equal_one_pass);
     tcase_add_test(tc, test_recompute_bit_identical);
     tcase_add_test(tc, test_block_keeps_narrow_operands);
+    tcase_add_test(tc, test_grads_only_in_train_phase);
     suite_add_tcase(s, tc);
     return fp4rl_check_run(s);
 }

@@ -805,6 +805,8 @@ START_TEST(test_nonfinite_update)
     float *w0 = device_copy(m, m->w), *m0 = device_copy(m, m->adam_m), *v0 = device_copy(m, m->adam_v);
     const int64_t step0 = m->step;
     float *g = calloc((size_t)m->total, sizeof(float));
+    ck_assert(m->g == NULL); /* the step released its gradients; an update makes a buffer to fill */
+    ck_assert_int_eq(fp4rl_model_grads(m), FP4RL_OK);
     g[m->total / 2] = INFINITY;
     ck_assert_int_eq(m->ctx->be->upload(m->ctx, m->g, g, (size_t)m->total * sizeof(float)), FP4RL_OK);
     ck_assert_int_eq(fp4rl_model_update(m, 1e-3, 0, 1.0, NULL), FP4RL_ERR_INVALID_ARGUMENT);

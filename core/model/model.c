@@ -199,13 +199,11 @@ fp4rl_status fp4rl_model_create_ex(fp4rl_model **out, fp4rl_context *ctx, const 
     layout_params(m);
     const size_t bytes = (size_t)m->total * sizeof(float);
     st = ctx->be->alloc(ctx, (void **)&m->w, bytes);
-    if (!st) st = ctx->be->alloc(ctx, (void **)&m->g, bytes);
     if (!st) st = ctx->be->alloc(ctx, (void **)&m->adam_m, bytes);
     if (!st) st = ctx->be->alloc(ctx, (void **)&m->adam_v, bytes);
     if (!st) st = ctx->be->alloc(ctx, (void **)&m->scalar, 4 * sizeof(float));
     /* weights that a load overwrites next (from_pretrained) are only zeroed */
     if (!st) st = random_init ? init_weights(m, seed, fn) : ctx->be->memset0(ctx, m->w, bytes);
-    if (!st) st = ctx->be->memset0(ctx, m->g, bytes);
     if (!st) st = ctx->be->memset0(ctx, m->adam_m, bytes);
     if (!st) st = ctx->be->memset0(ctx, m->adam_v, bytes);
     if (st) {
@@ -357,7 +355,28 @@ fp4rl_status fp4rl_model_get_grad(const fp4rl_model *m, const char *name, float 
 {
     const fp4rl_param *p;
     fp4rl_status st = param_access(m, name, dst, bytes, &p, "fp4rl_model_get_grad");
+    if (!st && !m->g) { /* released (or never made): no gradient is held, which reads as zeros */
+        memset(dst, 0, bytes);
+        return FP4RL_OK;
+    }
     return st ? st : m->ctx->be->download(m->ctx, dst, m->g + p->offset, bytes);
+}
+
+fp4rl_status fp4rl_model_grads(fp4rl_model *m)
+{
+    if (m->g) return FP4RL_OK;
+    const size_t bytes = (size_t)m->total * sizeof(float);
+    fp4rl_status st = m->ctx->be->alloc(m->ctx, (void **)&m->g, bytes);
+    if (!st) st = m->ctx->be->memset0(m->ctx, m->g, bytes);
+    if (st && m->g) fp4rl_model_release_grads(m);
+    return st;
+}
+
+void fp4rl_model_release_grads(fp4rl_model *m)
+{
+    if (!m->g) return;
+    m->ctx->be->free(m->ctx, m->g);
+    m->g = NULL;
 }
 
 fp4rl_status fp4rl_model_set_param(fp4rl_model *m, const char *name, const float *src, size_t bytes)
@@ -413,7 +432,8 @@ fp4rl_status fp4rl_model_update(fp4rl_model *m, double lr, double weight_decay, 
 {
     fp4rl_context *ctx = m->ctx;
     float norm = 0;
-    fp4rl_status st = m->ops->grad_norm(ctx, m->scalar + 1, m->g, m->total);
+    fp4rl_status st = fp4rl_model_grads(m); /* none held: a zero gradient (weight decay alone) */
+    if (!st) st = m->ops->grad_norm(ctx, m->scalar + 1, m->g, m->total);
     /* a non-finite gradient stops the update before anything changes */
     if (!st) st = ctx->be->download(ctx, &norm, m->scalar + 1, sizeof norm);
     if (!st && !isfinite(norm))

@@ -110,6 +110,13 @@ typedef struct fp4rl_linear_saved {
  * (FP32 in FP32 numerics). */
 FP4RL_HIDDEN fp4rl_linear_spec fp4rl_block_linear_spec(const fp4rl_model *m, int is_qk, int rollout);
 FP4RL_HIDDEN fp4rl_linear_spec fp4rl_head_linear_spec(const fp4rl_model *m, int rollout);
+/* The gradient buffer m->g exists only while gradients are needed: fp4rl_model_grads makes it
+ * (zeroed) if it is not held, for the first pass that computes gradients or an update that reads
+ * them; fp4rl_model_release_grads frees it. The RL session releases it after each step's updates,
+ * so its rollout phase never holds 4 bytes per parameter of gradients (what makes Qwen2.5-7B's
+ * step fit one H200: bench/RESULTS.md). A model's own API keeps it once made. */
+FP4RL_HIDDEN fp4rl_status fp4rl_model_grads(fp4rl_model *m);
+FP4RL_HIDDEN void fp4rl_model_release_grads(fp4rl_model *m);
 /* The attention's numerics in training (rollout = 0) or the rollout: FP32 in FP32 numerics, else
  * BF16 operands (the tensor cores'; PyTorch's BF16 SDPA rounds the same operands), so a BF16
  * rollout and a BF16 trainer compute the same attention (core/model/block.c). */

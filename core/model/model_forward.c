@@ -397,7 +397,8 @@ fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_
         const int64_t len = lengths ? lengths[b] : T;
         for (int64_t t = 1; t < len; t++) mask_total += loss_mask ? loss_mask[b * T + t] : 1.0f;
     }
-    if (backward && (st = m->ctx->be->memset0(m->ctx, m->g, (size_t)m->total * sizeof(float)))) return st;
+    if (backward && ((st = fp4rl_model_grads(m)) || (st = m->ctx->be->memset0(m->ctx, m->g, (size_t)m->total * sizeof(float)))))
+        return st;
     int recompute = backward && m->hp[FP4RL_MP_RECOMPUTE] != 0;
     const int64_t mb = micro_seqs(m, B, T, backward, micro_tokens, &recompute);
     double lsum = 0;

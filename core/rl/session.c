@@ -617,6 +617,7 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
             for (int64_t i = pc.seq0; i < pc.seq0 + pc.nseq; i++) sum[S_TRAIN_TOKENS] += lengths[i];
         }
     if (!stopped) st = fp4rl_dist_agree(ctx, st, entry); /* the last update */
+    fp4rl_model_release_grads(m); /* the next rollout phase does not hold them (the next pass makes them) */
     if (!st && old_from_pass) mismatch_stats(s, logp_old, T, plen, sum, mx); /* filled by the pass */
     if (!st) {
         sum[S_ZERO_GROUPS] = (double)zero_groups;

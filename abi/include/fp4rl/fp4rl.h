@@ -236,6 +236,9 @@ typedef enum fp4rl_rounding {
     FP4RL_ROUND_STOCHASTIC = 1        /* Philox4x32-10 counter-based, reproducible on CPU and GPU */
 } fp4rl_rounding;
 
+/* The GEMM operands of a linear layer. Attention follows the numerics too: FP32 keeps it in FP32;
+ * every other value gives it BF16 q, k, v (and dout, p, ds) with FP32 scores and sums, as the
+ * tensor cores and PyTorch's BF16 SDPA compute it, in training and rollout alike. */
 typedef enum fp4rl_numerics {
     FP4RL_NUMERICS_BF16 = 0,          /* no FP4: BF16-rounded GEMM operands */
     FP4RL_NUMERICS_FP4 = 1,           /* training: W, X and dY quantized per the policy (= W4A4) */
@@ -472,7 +475,10 @@ FP4RL_API fp4rl_status fp4rl_model_train_step(fp4rl_model *m, const int32_t *tok
                                               double *grad_norm);
 /* Shape of the parameter with HF name `name` (ndim 1 or 2; dims holds 2). */
 FP4RL_API fp4rl_status fp4rl_model_param_shape(const fp4rl_model *m, const char *name, int *ndim, int64_t *dims);
-/* Copy a parameter, or its gradient from the last backward, to host F32 memory; or set a parameter. */
+/* Copy a parameter, or its gradient from the last backward, to host F32 memory; or set a parameter.
+ * The gradient buffer is made by the first backward (a model holds none after creation) and kept
+ * by the model's own calls; an RL session step releases it after its updates (so a rollout never
+ * holds it), and then, as before any backward, fp4rl_model_get_grad reads zeros. */
 FP4RL_API fp4rl_status fp4rl_model_get_param(const fp4rl_model *m, const char *name, float *dst, size_t dst_bytes);
 FP4RL_API fp4rl_status fp4rl_model_get_grad(const fp4rl_model *m, const char *name, float *dst, size_t dst_bytes);
 FP4RL_API fp4rl_status fp4rl_model_set_param(fp4rl_model *m, const char *name, const float *src, size_t src_bytes);
