@@ -453,3 +453,25 @@ def test_context_memory_returns_to_baseline(ctx):
     assert used == base and peak >= base + 256 * 256 * 4
     ctx.reset_peak_memory()
     assert ctx.memory()[1] == base
+
+
+def test_fit_loop_callback_and_progress():
+    # fit = step per batch: the same weights as calling step() per batch; the callback sees each
+    # step's metrics and stops the loop by returning False; progress lines name each phase. A
+    # context per run: stochastic rounding draws from the context's counter.
+    import io
+    with fp4rl.Context(seed=5) as c0, fp4rl.Context(seed=5) as c1, fp4rl.Context(seed=5) as c2:
+        ref = new_session(c0, seed=7)
+        want = [ref.step(PROMPTS, sevens) for _ in range(2)]
+        s = new_session(c1, seed=7)
+        seen, log = [], io.StringIO()
+        hist = s.fit(iter([PROMPTS] * 5), sevens, steps=3, callback=lambda i, m: seen.append((i, m)) or i < 1, progress=log)
+        assert [i for i, _ in seen] == [0, 1] and len(hist) == 2  # stopped by the callback after the 2nd step
+        assert [h["reward/mean"] for h in hist] == [w["reward/mean"] for w in want]
+        assert np.array_equal(s.model.get_param("model.norm.weight"), ref.model.get_param("model.norm.weight"))
+        lines = log.getvalue().splitlines()
+        assert len(lines) == 4 and "step 1/3 rollout" in lines[0] and "| train" in lines[1] and "reward" in lines[1]
+        # batched rewards through fit equal per-completion ones; steps bounds the loop
+        b = new_session(c2, seed=7)
+        hb = b.fit([PROMPTS] * 4, lambda ps, cs: [sevens(0, p, c) for p, c in zip(ps, cs)], steps=2, batched=True)
+        assert len(hb) == 2 and [h["pg/loss"] for h in hb] == [w["pg/loss"] for w in want]

@@ -4,7 +4,9 @@ functions written in Python."""
 from __future__ import annotations
 
 import os
-from typing import Callable, NamedTuple, Sequence
+import sys
+import time
+from typing import Callable, Iterable, NamedTuple, Sequence, TextIO
 
 import numpy as np
 
@@ -148,6 +150,47 @@ class RLSession(_Owned):
             raise ValueError(f"the batched reward function returned {len(rewards)} rewards for {len(comps)} completions")
         self.set_rewards(np.asarray(rewards, dtype=np.float64))
         return self.train()
+
+    def fit(self, batches: Iterable, reward_fn, *, steps: int | None = None, batched: bool = False,
+            callback: Callable[[int, dict], object] | None = None, progress: bool | TextIO = False) -> list[dict[str, float]]:
+        """Runs one step per batch of prompts from ``batches`` (an iterable, consumed lazily), at
+        most ``steps`` steps; returns every step's metrics. Each step is the split form: rollout,
+        rewards (``reward_fn`` as in ``step``, per completion or ``batched``), train, so a long
+        step reports its phases as they end.
+
+        ``callback(step_index, metrics)`` runs after each step (logging, evaluation, checkpoints);
+        returning ``False`` stops the loop there (any other value, None included, goes on).
+        ``progress=True`` (or a text stream) prints a line per phase to stderr (or that stream):
+        ``[fp4rl] step 3/100 rollout 12.3 s | train 4.1 s | reward 0.452``. If a reward function
+        or the callback raises, the exception propagates; steps already done stay applied."""
+        out = sys.stderr if progress is True else (progress or None)
+        total = f"/{steps}" if steps is not None else ""
+        history: list[dict[str, float]] = []
+        for i, prompts in enumerate(batches):
+            if steps is not None and i >= steps:
+                break
+            t0 = time.perf_counter()
+            comps = self.rollout(prompts)
+            t1 = time.perf_counter()
+            if out:
+                print(f"[fp4rl] step {i + 1}{total} rollout {t1 - t0:.1f} s ({len(comps)} completions)", file=out, flush=True)
+            prompt_seqs = [tuple(int(t) for t in p) for p in prompts]
+            comp_seqs = [tuple(int(t) for t in c.tokens) for c in comps]
+            if batched:
+                rewards = list(reward_fn([prompt_seqs[c.prompt_index] for c in comps], comp_seqs))
+                if len(rewards) != len(comps):
+                    raise ValueError(f"the batched reward function returned {len(rewards)} rewards for {len(comps)} completions")
+            else:
+                rewards = [reward_fn(c.prompt_index, prompt_seqs[c.prompt_index], comp_seqs[k]) for k, c in enumerate(comps)]
+            self.set_rewards(np.asarray(rewards, dtype=np.float64))
+            metrics = self.train()
+            if out:
+                print(f"[fp4rl] step {i + 1}{total} rollout {t1 - t0:.1f} s | train {time.perf_counter() - t1:.1f} s | "
+                      f"reward {metrics.get('reward/mean', float('nan')):.3f}", file=out, flush=True)
+            history.append(metrics)
+            if callback is not None and callback(i, metrics) is False:
+                break
+        return history
 
     # ---- the split form ----
     def rollout(self, prompts, *, offsets=None) -> list[Completion]:
