@@ -253,8 +253,8 @@ static void fp4rlpy_raise_status(fp4rl_status st)
 /* ---------------------------------------------------------------------------------------------
  * Handles
  * ------------------------------------------------------------------------------------------- */
-enum { FP4RLPY_CONTEXT, FP4RLPY_TENSOR, FP4RLPY_POLICY, FP4RLPY_MODEL, FP4RLPY_SESSION, FP4RLPY_NKINDS };
-static const char *const fp4rlpy_kind_name[FP4RLPY_NKINDS] = {"context", "tensor", "quant_policy", "model", "rl_session"};
+enum { FP4RLPY_CONTEXT, FP4RLPY_TENSOR, FP4RLPY_POLICY, FP4RLPY_MODEL, FP4RLPY_SESSION, FP4RLPY_LINEAR, FP4RLPY_NKINDS };
+static const char *const fp4rlpy_kind_name[FP4RLPY_NKINDS] = {"context", "tensor", "quant_policy", "model", "rl_session", "linear"};
 
 typedef struct fp4rlpy_deferred {
     int kind;
@@ -287,6 +287,7 @@ static void fp4rlpy_destroy_kind(int kind, void *ptr)
     case FP4RLPY_POLICY: fp4rl_quant_policy_destroy((fp4rl_quant_policy *)ptr); break;
     case FP4RLPY_MODEL: fp4rl_model_destroy((fp4rl_model *)ptr); break;
     case FP4RLPY_SESSION: fp4rl_rl_session_destroy((fp4rl_rl_session *)ptr); break;
+    case FP4RLPY_LINEAR: fp4rl_linear_destroy((fp4rl_linear *)ptr); break;
     }
 }
 

@@ -127,6 +127,7 @@ FP4RLPY_HANDLE(fp4rl_tensor, FP4RLPY_TENSOR)
 FP4RLPY_HANDLE(fp4rl_quant_policy, FP4RLPY_POLICY)
 FP4RLPY_HANDLE(fp4rl_model, FP4RLPY_MODEL)
 FP4RLPY_HANDLE(fp4rl_rl_session, FP4RLPY_SESSION)
+FP4RLPY_HANDLE(fp4rl_linear, FP4RLPY_LINEAR)
 
 /* Creators without a parent. */
 %typemap(argout) fp4rl_context **out { FP4RLPY_APPEND(fp4rlpy_handle_new(*$1, FP4RLPY_CONTEXT, NULL, NULL)) }
@@ -146,6 +147,7 @@ FP4RLPY_IN_CONTEXT(fp4rl_model, FP4RLPY_MODEL, NULL)
 /* fp4rl_rl_session_create(out, ctx, model, policy): the session borrows the model, so its handle
  * keeps the model's too (the model is the call's second Python argument). */
 FP4RLPY_IN_CONTEXT(fp4rl_rl_session, FP4RLPY_SESSION, swig_obj[1])
+FP4RLPY_IN_CONTEXT(fp4rl_linear, FP4RLPY_LINEAR, NULL)
 
 /* fp4rl_tensor_context: the tensor's context is the handle the tensor already keeps. */
 %typemap(out) fp4rl_context *fp4rl_tensor_context {
@@ -160,6 +162,7 @@ FP4RLPY_IN_CONTEXT(fp4rl_rl_session, FP4RLPY_SESSION, swig_obj[1])
 %ignore fp4rl_quant_policy_destroy;
 %ignore fp4rl_model_destroy;
 %ignore fp4rl_rl_session_destroy;
+%ignore fp4rl_linear_destroy;
 %define FP4RLPY_DESTROY(NAME, KIND)
 %rename(NAME) fp4rlpy_##NAME;
 %feature("autodoc", "NAME(handle) -> None\n\nRelease the handle: the C object is destroyed now, or when the last handle that depends on it goes. Idempotent.") fp4rlpy_##NAME;
@@ -172,6 +175,7 @@ FP4RLPY_DESTROY(fp4rl_tensor_destroy, FP4RLPY_TENSOR)
 FP4RLPY_DESTROY(fp4rl_quant_policy_destroy, FP4RLPY_POLICY)
 FP4RLPY_DESTROY(fp4rl_model_destroy, FP4RLPY_MODEL)
 FP4RLPY_DESTROY(fp4rl_rl_session_destroy, FP4RLPY_SESSION)
+FP4RLPY_DESTROY(fp4rl_linear_destroy, FP4RLPY_LINEAR)
 
 /* ---------------------------------------------------------------------------------------------
  * Shapes and buffers

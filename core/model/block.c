@@ -40,12 +40,12 @@ fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_ba
     fp4rl_linear_saved ln1_op = {0}, ln2_op = {0};
     const int share_k = fp4rl_linear_same_activation(m, &s_qk, &s_qk), share_v = fp4rl_linear_same_activation(m, &s_qk, &s_blk);
     const int share_up = fp4rl_linear_same_activation(m, &s_blk, &s_blk);
-    TRY(fp4rl_linear_forward(m, a, &s_qk, &A->sv[FP4RL_LIN_Q], A->q, A->ln1, W(l, FP4RL_LP_Q_W), W(l, FP4RL_LP_Q_B), N, C, QD, NULL));
+    TRY(fp4rl_lin_forward(m, a, &s_qk, &A->sv[FP4RL_LIN_Q], A->q, A->ln1, W(l, FP4RL_LP_Q_W), W(l, FP4RL_LP_Q_B), N, C, QD, NULL));
     ln1_op.xb = A->sv[FP4RL_LIN_Q].xb;
     ln1_op.xbt = A->sv[FP4RL_LIN_Q].xbt;
-    TRY(fp4rl_linear_forward(m, a, &s_qk, &A->sv[FP4RL_LIN_K], A->k, A->ln1, W(l, FP4RL_LP_K_W), W(l, FP4RL_LP_K_B), N, C, KD,
+    TRY(fp4rl_lin_forward(m, a, &s_qk, &A->sv[FP4RL_LIN_K], A->k, A->ln1, W(l, FP4RL_LP_K_W), W(l, FP4RL_LP_K_B), N, C, KD,
                              share_k ? &ln1_op : NULL));
-    TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_V], A->v, A->ln1, W(l, FP4RL_LP_V_W), W(l, FP4RL_LP_V_B), N, C, KD,
+    TRY(fp4rl_lin_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_V], A->v, A->ln1, W(l, FP4RL_LP_V_W), W(l, FP4RL_LP_V_B), N, C, KD,
                              share_v ? &ln1_op : NULL));
     /* an FP32 linear input the backward does not read dies here (saved: its BF16 operand) */
     const int keep_qk = fp4rl_linear_reads_x(m, &s_qk), keep_blk = fp4rl_linear_reads_x(m, &s_blk);
@@ -57,20 +57,20 @@ fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_ba
     TRY(ops->rope_forward(ctx, A->k, A->k, bt->pos, N, Hkv, D, theta));
     TRY(ops->attention_forward(ctx, A->att, A->lse, A->q, A->k, A->v, bt->len, bt->B, bt->T, Hq, Hkv, D,
                                  fp4rl_attention_numerics(m, 0)));
-    TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_O], o, A->att, W(l, FP4RL_LP_O_W), NULL, N, QD, C, NULL));
+    TRY(fp4rl_lin_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_O], o, A->att, W(l, FP4RL_LP_O_W), NULL, N, QD, C, NULL));
     TRY(ops->residual_forward(ctx, A->x1, x_in, o, N * C));
     TRY(ops->rmsnorm_forward(ctx, A->ln2, A->rstd2, A->x1, W(l, FP4RL_LP_LN2), N, C, eps));
-    TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_GATE], A->gate, A->ln2, W(l, FP4RL_LP_GATE_W), NULL, N, C, I, NULL));
+    TRY(fp4rl_lin_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_GATE], A->gate, A->ln2, W(l, FP4RL_LP_GATE_W), NULL, N, C, I, NULL));
     ln2_op.xb = A->sv[FP4RL_LIN_GATE].xb;
     ln2_op.xbt = A->sv[FP4RL_LIN_GATE].xbt;
-    TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_UP], A->up, A->ln2, W(l, FP4RL_LP_UP_W), NULL, N, C, I,
+    TRY(fp4rl_lin_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_UP], A->up, A->ln2, W(l, FP4RL_LP_UP_W), NULL, N, C, I,
                              share_up ? &ln2_op : NULL));
     if (!keep_blk) {
         fp4rl_arena_release(a, A->ln2);
         A->ln2 = NULL;
     }
     TRY(ops->swiglu_forward(ctx, A->h, A->gate, A->up, N * I));
-    TRY(fp4rl_linear_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_DOWN], o, A->h, W(l, FP4RL_LP_DOWN_W), NULL, N, I, C, NULL));
+    TRY(fp4rl_lin_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_DOWN], o, A->h, W(l, FP4RL_LP_DOWN_W), NULL, N, I, C, NULL));
     if (!keep_blk) {
         fp4rl_arena_release(a, A->h);
         A->h = NULL;
@@ -85,7 +85,7 @@ static fp4rl_status lin_bwd(fp4rl_model *m, const fp4rl_linear_spec *s, const fp
                             float *db, float *dy, float *x, float *w, int64_t N, int64_t IN, int64_t OUT)
 {
     fp4rl_arena t = {.ctx = m->ctx};
-    fp4rl_status st = fp4rl_linear_backward(m, &t, s, sv, dx, dw, db, dy, x, w, N, IN, OUT);
+    fp4rl_status st = fp4rl_lin_backward(m, &t, s, sv, dx, dw, db, dy, x, w, N, IN, OUT);
     fp4rl_arena_free(&t);
     return st;
 }

@@ -134,7 +134,7 @@ FP4RL_HIDDEN fp4rl_status fp4rl_linear_operand(fp4rl_model *m, fp4rl_arena *a, f
  * reuse (optional): BF16 operands made earlier, used instead of making them again: xb, the
  * forward operand of this same x (valid when fp4rl_linear_same_activation says so), and wb, this
  * w's from fp4rl_linear_weight_operand. */
-FP4RL_HIDDEN fp4rl_status fp4rl_linear_forward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s,
+FP4RL_HIDDEN fp4rl_status fp4rl_lin_forward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s,
                                                fp4rl_linear_saved *sv, float *y, float *x, float *w, const float *b,
                                                int64_t N, int64_t IN, int64_t OUT, const fp4rl_linear_saved *reuse);
 /* The forward operand of weight w [OUT, IN] as BF16 bits in arena a, to reuse across calls while w
@@ -152,7 +152,7 @@ FP4RL_HIDDEN int fp4rl_linear_reads_x(const fp4rl_model *m, const fp4rl_linear_s
  * gate/up of ln2), which can then be made once. */
 FP4RL_HIDDEN int fp4rl_linear_same_activation(const fp4rl_model *m, const fp4rl_linear_spec *a, const fp4rl_linear_spec *b);
 /* dx (optional) += dY W, dw += dY^T X, db (optional) += sum dY, each GEMM on its own operands. */
-FP4RL_HIDDEN fp4rl_status fp4rl_linear_backward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s,
+FP4RL_HIDDEN fp4rl_status fp4rl_lin_backward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s,
                                                 const fp4rl_linear_saved *sv, float *dx, float *dw, float *db, float *dy,
                                                 float *x, float *w, int64_t N, int64_t IN, int64_t OUT);
 

@@ -76,7 +76,7 @@ static fp4rl_status head_logits(fp4rl_model *m, fp4rl_arena *a, fp4rl_linear_sav
 {
     const fp4rl_linear_spec s = fp4rl_head_linear_spec(m, 0);
     const int64_t C = m->cfg.hidden_size, V = m->cfg.vocab_size;
-    return fp4rl_linear_forward(m, a, &s, sv, logits, lnf + r0 * C, fp4rl_model_w(m, fp4rl_model_p_head(m)), NULL, rows, C, V,
+    return fp4rl_lin_forward(m, a, &s, sv, logits, lnf + r0 * C, fp4rl_model_w(m, fp4rl_model_p_head(m)), NULL, rows, C, V,
                                 w_op);
 }
 
@@ -88,7 +88,7 @@ static fp4rl_status head_backward(fp4rl_model *m, const fp4rl_linear_saved *sv, 
     const int64_t C = m->cfg.hidden_size, V = m->cfg.vocab_size;
     const int p_head = fp4rl_model_p_head(m);
     fp4rl_arena t = {.ctx = m->ctx};
-    fp4rl_status st = fp4rl_linear_backward(m, &t, &s, sv, dlnf + r0 * C, fp4rl_model_g(m, p_head), NULL, dlogits,
+    fp4rl_status st = fp4rl_lin_backward(m, &t, &s, sv, dlnf + r0 * C, fp4rl_model_g(m, p_head), NULL, dlogits,
                                             lnf + r0 * C, fp4rl_model_w(m, p_head), rows, C, V);
     fp4rl_arena_free(&t);
     return st;

@@ -273,7 +273,7 @@ int fp4rl_linear_same_activation(const fp4rl_model *m, const fp4rl_linear_spec *
            (a->mode[X] != FP4RL_NUM_FP4 || (a->fmt[X] == b->fmt[X] && a->tile[X] == b->tile[X]));
 }
 
-fp4rl_status fp4rl_linear_forward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, fp4rl_linear_saved *sv,
+fp4rl_status fp4rl_lin_forward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, fp4rl_linear_saved *sv,
                                   float *y, float *x, float *w, const float *b, int64_t N, int64_t IN, int64_t OUT,
                                   const fp4rl_linear_saved *reuse)
 {
@@ -332,7 +332,7 @@ static fp4rl_status backward_bf16(fp4rl_model *m, fp4rl_arena *t, const fp4rl_li
                                         dy, N, IN, OUT);
 }
 
-fp4rl_status fp4rl_linear_backward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, const fp4rl_linear_saved *sv,
+fp4rl_status fp4rl_lin_backward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, const fp4rl_linear_saved *sv,
                                    float *dx, float *dw, float *db, float *dy, float *x, float *w, int64_t N, int64_t IN,
                                    int64_t OUT)
 {

@@ -678,6 +678,31 @@ FP4RL_API fp4rl_status fp4rl_context_set_stream(fp4rl_context *ctx, void *cuda_s
  * FP4RL_ERR_INVALID_ARGUMENT. */
 FP4RL_API fp4rl_status fp4rl_model_param_tensor(fp4rl_model *m, const char *name, fp4rl_tensor **out);
 
+/* ---------------------------------------------------------------------------------------------
+ * One linear layer in a policy's training numerics (for existing stacks, e.g. fp4rl.torch.Linear)
+ * ------------------------------------------------------------------------------------------- */
+/* A layer handle: y = x w^T (+ b) computed exactly as an fp4rl model's block linear computes it in
+ * the training numerics of `policy` (FP4RL_QP_TRAIN_NUMERICS; the policy is copied): W, X and dY
+ * quantized per the policy (formats, tiles, scale rules, rounding) for all three GEMMs, 2D tiles
+ * shared by forward and backward, stochastic rounding from the context's counter-based stream
+ * (seed: FP4RL_QP_SEED, else the context's). is_qk = 1: a q or k projection
+ * (FP4RL_QP_FORMAT_QK applies). Not thread-safe per handle; one handle per layer. */
+typedef struct fp4rl_linear fp4rl_linear;
+FP4RL_API fp4rl_status fp4rl_linear_create(fp4rl_linear **out, fp4rl_context *ctx, const fp4rl_quant_policy *policy,
+                                           int is_qk);
+FP4RL_API void fp4rl_linear_destroy(fp4rl_linear *l);
+/* y [N, OUT] = x [N, IN] w [OUT, IN]^T + b [OUT] (b may be NULL): dense F32 tensors of the
+ * layer's context (fp4rl_tensor_wrap for the caller's memory), y distinct from the inputs. The
+ * layer keeps what its backward needs (the quantized operands) until the next forward or destroy,
+ * and reads x and w again in the backward: they must stay alive and unchanged until then. */
+FP4RL_API fp4rl_status fp4rl_linear_forward(fp4rl_linear *l, fp4rl_tensor *y, const fp4rl_tensor *x, const fp4rl_tensor *w,
+                                            const fp4rl_tensor *b);
+/* The backward of the last forward for dy [N, OUT]: dx [N, IN], dw [OUT, IN], db [OUT] ACCUMULATE
+ * (+=; zero them first for plain gradients), each optional (NULL: not computed), at least one
+ * given. FP4RL_ERR_INVALID_ARGUMENT before any forward or for shapes other than the forward's. */
+FP4RL_API fp4rl_status fp4rl_linear_backward(fp4rl_linear *l, fp4rl_tensor *dx, fp4rl_tensor *dw, fp4rl_tensor *db,
+                                             const fp4rl_tensor *dy);
+
 #ifdef __cplusplus
 }
 #endif

@@ -40,6 +40,7 @@ export Context, QuantPolicy, Tensor, Model, RLSession, FP4RLError
 export destroy!, cshape, nbytes, dtype, set_seed!, rng_state, set_rng_offset!
 export memory, reset_peak_memory!
 export wrap, data_pointer, set_stream!, param_tensor
+export Linear, linear_forward!, linear_backward!
 export nccl_unique_id, distributed_context
 # device and context are not exported: CUDA.jl exports a `device` too; use FP4RL.device(ctx).
 export quant_info, codes, scales, import_quantized, quantize, dequantize, matmul, matmul!, quant_error
@@ -62,6 +63,7 @@ include("policy.jl")
 include("tensor.jl")
 include("model.jl")
 include("session.jl")
+include("layer.jl")
 
 for T in (Device, DType, ScaleRule, Rounding, Numerics, ResQ, Role, QParam, Preset, MParam, ModelInfo, RLParam)
     for x in instances(T)

@@ -28,6 +28,7 @@ from .capi import (
 from ._context import Context, Tensor, nccl_unique_id
 from ._dlpack import from_dlpack
 from ._model import Model
+from ._layer import Linear
 from ._policy import QuantPolicy
 from ._config import GRPOConfig
 from ._session import Completion, RLSession, pack_prompts
@@ -50,7 +51,7 @@ def last_error() -> str:
 
 
 __all__ = [
-    "Context", "Tensor", "from_dlpack", "nccl_unique_id", "QuantPolicy", "Model", "RLSession", "GRPOConfig", "Completion", "pack_prompts",
+    "Context", "Tensor", "from_dlpack", "nccl_unique_id", "QuantPolicy", "Model", "Linear", "RLSession", "GRPOConfig", "Completion", "pack_prompts",
     "Error", "InvalidArgumentError", "ShapeError", "DTypeError", "UnsupportedError", "OutOfMemoryError",
     "DeviceError", "FileIOError", "IOError_", "CorruptError", "CallbackError", "InternalError",
     "DTYPES", "PRESETS", "METRICS", "version", "last_error", "capi",

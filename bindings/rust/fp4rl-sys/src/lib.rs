@@ -79,6 +79,11 @@ pub struct fp4rl_rl_session {
     _data: [u8; 0],
     _marker: PhantomData<(*mut u8, PhantomPinned)>,
 }
+#[repr(C)]
+pub struct fp4rl_linear {
+    _data: [u8; 0],
+    _marker: PhantomData<(*mut u8, PhantomPinned)>,
+}
 
 // ---------------------------------------------------------------------------------------------
 // Context
@@ -526,4 +531,27 @@ extern "C" {
     pub fn fp4rl_tensor_data(t: *const fp4rl_tensor) -> *mut c_void;
     pub fn fp4rl_context_set_stream(ctx: *mut fp4rl_context, cuda_stream: *mut c_void) -> fp4rl_status;
     pub fn fp4rl_model_param_tensor(m: *mut fp4rl_model, name: *const c_char, out: *mut *mut fp4rl_tensor) -> fp4rl_status;
+
+    // One linear layer in a policy's training numerics
+    pub fn fp4rl_linear_create(
+        out: *mut *mut fp4rl_linear,
+        ctx: *mut fp4rl_context,
+        policy: *const fp4rl_quant_policy,
+        is_qk: c_int,
+    ) -> fp4rl_status;
+    pub fn fp4rl_linear_destroy(l: *mut fp4rl_linear);
+    pub fn fp4rl_linear_forward(
+        l: *mut fp4rl_linear,
+        y: *mut fp4rl_tensor,
+        x: *const fp4rl_tensor,
+        w: *const fp4rl_tensor,
+        b: *const fp4rl_tensor,
+    ) -> fp4rl_status;
+    pub fn fp4rl_linear_backward(
+        l: *mut fp4rl_linear,
+        dx: *mut fp4rl_tensor,
+        dw: *mut fp4rl_tensor,
+        db: *mut fp4rl_tensor,
+        dy: *const fp4rl_tensor,
+    ) -> fp4rl_status;
 }

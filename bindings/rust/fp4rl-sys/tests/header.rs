@@ -650,7 +650,7 @@ fn declarations_match_every_header() {
             "only {} constants parsed",
             header.consts.len()
         );
-        assert_eq!(header.opaque.len(), 5);
+        assert_eq!(header.opaque.len(), 6); // context, tensor, quant_policy, model, rl_session, linear
         assert_eq!(header.callbacks.len(), 2); // fp4rl_reward_fn, fp4rl_release_fn
         let errs = compare(&header, &rust);
         assert!(
@@ -811,6 +811,10 @@ fn every_function_links() {
         addr!(fp4rl_tensor_data),
         addr!(fp4rl_context_set_stream),
         addr!(fp4rl_model_param_tensor),
+        addr!(fp4rl_linear_create),
+        addr!(fp4rl_linear_destroy),
+        addr!(fp4rl_linear_forward),
+        addr!(fp4rl_linear_backward),
     ];
     for (name, addr) in table {
         assert_ne!(*addr, 0, "{name} resolved to address 0");
