@@ -9,6 +9,7 @@
 #include "format/layout.h"
 #include "format/qdq_block.h"
 #include "ops_cuda.h"
+#include "quant_common.cuh"
 
 using namespace fp4rl_cuda_ops_detail;
 
@@ -75,28 +76,16 @@ __device__ __forceinline__ void qdq_group(int fmt, const float x[8], float y[8],
     qdq8(fmt, x, y, h, truncation_free, amax, nonfinite != 0.0f, a0, a1, u);
 }
 
-/* The stochastic-rounding uniforms of elements i0 .. i0 + 7 (fp4rl_sr_uniform's values, one
- * Philox call per aligned quad); all -1 (nearest) when not stochastic. */
+/* The stochastic-rounding uniforms of elements i0 .. i0 + 7 (quant_common.cuh's uniforms8, the
+ * quantize kernels' own); all -1 (nearest) when not stochastic. */
 __device__ __forceinline__ void group_uniforms(int stochastic, uint64_t seed, uint64_t offset, uint64_t i0, float u[8])
 {
+    if (stochastic) {
+        fp4rl_cuda_q::uniforms8(seed, offset, i0, (i0 & 3) == 0, u);
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < 8; j++) u[j] = -1.0f;
-    if (!stochastic) return;
-    const uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    uint64_t q = i0 >> 2;
-    uint32_t o[4];
-    int have = 0;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const uint64_t i = i0 + (uint64_t)j;
-        if (!have || (i >> 2) != q) {
-            q = i >> 2;
-            const uint32_t c[4] = {(uint32_t)q, (uint32_t)(q >> 32), (uint32_t)offset, (uint32_t)(offset >> 32)};
-            fp4rl_philox4x32_10(c, k, o);
-            have = 1;
-        }
-        u[j] = (float)(o[i & 3] >> 8) * 0x1p-24f;
-    }
 }
 
 __device__ __forceinline__ void store_bf16x8(uint16_t *o, const float y[8], int64_t valid, int vec)
