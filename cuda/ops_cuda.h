@@ -159,7 +159,11 @@ FP4RL_CUDA_OP(attention_decode, float *out, const float *q, const float *kc, con
               int64_t len, int64_t Hq, int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
 FP4RL_CUDA_OP(resq_mask, float *r, int64_t N, int64_t K, int pattern);
 FP4RL_CUDA_OP(sample_rows, int32_t *tokens, float *logp, const float *logits, int64_t B, int64_t V, float temperature,
-              int64_t top_k, uint64_t seed, uint64_t offset, uint64_t row0);
+              int64_t top_k, double top_p, uint64_t seed, uint64_t offset, uint64_t row0);
+FP4RL_CUDA_OP(nucleus_logprobs_forward, float *logp, float *lse, const float *logits, const int32_t *targets, int64_t N,
+              int64_t V, int64_t top_k, double top_p);
+FP4RL_CUDA_OP(nucleus_logprobs_backward, float *dlogits, const float *dlogp, const float *logits, const int32_t *targets,
+              const float *lse, int64_t N, int64_t V, int64_t top_k, double top_p);
 FP4RL_CUDA_OP(underflow_count, float *counts, const float *x, const float *xq, int64_t n);
 FP4RL_CUDA_OP(rollout_act, uint16_t *out, unsigned long long *counts, const float *x, int64_t N, int64_t K, int fmt,
               int truncation_free, int resq);

@@ -8,10 +8,14 @@
  * Sampling is the CPU's inverse CDF with the same uniform (fp4rl_sr_uniform), the k-th largest
  * logit found exactly by a radix select; the double CDF sums run per contiguous chunk of the
  * vocabulary and then over the chunks in order, so a token can differ from the CPU's only when u
- * falls within double rounding of a CDF step.
+ * falls within double rounding of a CDF step. Top-p: the CPU's sort-free nucleus (a bisection on
+ * the 32-bit order keys of z with the masses summed the same chunked way, then the ties at the
+ * threshold by the shared fp4rl_nucleus_ties), so it is correct for any vocabulary (151,936
+ * included) in one block per row; the trainer's nucleus log-probs use the same device code.
  */
 #include <math.h>
 
+#include "backend/nucleus.h"
 #include "format/formats.h"
 #include "format/qdq_block.h"
 #include "ops_cuda.h"
@@ -83,23 +87,155 @@ __global__ void apply_tile_mask_k(float *r, const unsigned char *keep, int64_t N
 /* ---- sampling: one block per row ---- */
 constexpr int ST = 256;
 
-/* an unsigned key with the order of the floats (-0 just below +0; no NaN expected) */
-__device__ __forceinline__ uint32_t order_key(float f)
-{
-    const uint32_t u = fp4rl_f32_bits(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
+__device__ __forceinline__ uint32_t order_key(float f) { return fp4rl_nucleus_key(f); }
 __device__ __forceinline__ float key_float(uint32_t k) { return fp4rl_bits_f32((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
 
-__global__ void __launch_bounds__(ST) sample_k(int32_t *tokens, float *logp, const float *logits, int64_t V, float temperature,
-                                               int64_t top_k, uint64_t seed, uint64_t offset, uint64_t row0)
+/* The k-th largest of l (counting repeats), 0 < k < V, by a most-significant-byte-first radix
+ * select on integer counts (exact). Every thread of the block calls it and gets the value. */
+__device__ float kth_largest_block(const float *l, int64_t V, int64_t top_k)
 {
-    __shared__ float shf[ST];
     __shared__ unsigned hist[256];
     __shared__ uint32_t s_prefix;
     __shared__ int64_t s_need;
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+        s_prefix = 0;
+        s_need = top_k; /* rank still to find among the keys matching the prefix */
+    }
+    for (int pass = 0; pass < 4; pass++) {
+        const int shift = 24 - 8 * pass;
+        for (int i = tid; i < 256; i += ST) hist[i] = 0;
+        __syncthreads();
+        const uint32_t prefix = s_prefix;
+        const uint32_t hi_mask = pass == 0 ? 0u : (0xffffffffu << (32 - 8 * pass));
+        for (int64_t v = tid; v < V; v += ST) {
+            const uint32_t key = order_key(l[v]);
+            if ((key & hi_mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1u); /* integer counts: exact */
+        }
+        __syncthreads();
+        if (tid == 0) {
+            int64_t need = s_need;
+            int bin = 255;
+            for (; bin > 0; bin--) {
+                if ((int64_t)hist[bin] >= need) break;
+                need -= hist[bin];
+            }
+            s_need = need;
+            s_prefix = prefix | ((uint32_t)bin << shift);
+        }
+        __syncthreads();
+    }
+    const float r = key_float(s_prefix);
+    __syncthreads();
+    return r;
+}
+
+/* One row's nucleus (core/backend/ops.h, sample_rows) for 0 < top_p < 1: z_v = l[v] / temperature,
+ * candidates l[v] >= cand, e_v = exp((double)z_v - mx). Every sum is per thread over its
+ * contiguous chunk [c0, c1) and then over the chunks in order by thread 0; the bisection and the
+ * ties are the CPU's (fp4rl_nucleus_*). `kept` is the candidates' mass. Every thread calls it. */
+struct nucleus_t {
+    uint32_t key;
+    int64_t last_tie;
+    double mass;
+};
+
+__device__ nucleus_t nucleus_block(const float *l, float temperature, float cand, float mx, double kept, double top_p,
+                                   int64_t c0, int64_t c1)
+{
+    __shared__ double s_part[ST];
+    __shared__ int64_t s_cnt[ST];
+    __shared__ uint32_t s_lo, s_hi;
+    __shared__ nucleus_t s_nu;
+    const int tid = threadIdx.x;
+    const double target = top_p * kept;
+    if (tid == 0) {
+        s_lo = 0;
+        s_hi = order_key(mx);
+    }
+    __syncthreads();
+    while (s_lo < s_hi) { /* uniform: every thread reads the same shared bounds */
+        const uint32_t mid = fp4rl_nucleus_mid(s_lo, s_hi);
+        double m = 0;
+        for (int64_t v = c0; v < c1; v++) {
+            const float z = l[v] / temperature;
+            if (l[v] >= cand && order_key(z) >= mid) m += exp((double)z - mx);
+        }
+        s_part[tid] = m;
+        __syncthreads();
+        if (tid == 0) {
+            double t = 0;
+            for (int i = 0; i < ST; i++) t += s_part[i];
+            if (t >= target) s_lo = mid;
+            else s_hi = mid - 1;
+        }
+        __syncthreads();
+    }
+    const uint32_t K = s_lo;
+    double m_gt = 0;
+    int64_t cnt = 0;
+    for (int64_t v = c0; v < c1; v++) {
+        const float z = l[v] / temperature;
+        if (!(l[v] >= cand)) continue;
+        const uint32_t k = order_key(z);
+        if (k > K) m_gt += exp((double)z - mx);
+        else if (k == K) cnt++;
+    }
+    s_part[tid] = m_gt;
+    s_cnt[tid] = cnt;
+    __syncthreads();
+    if (tid == 0) {
+        double gt = 0;
+        int64_t all = 0;
+        for (int i = 0; i < ST; i++) {
+            gt += s_part[i];
+            all += s_cnt[i];
+        }
+        const double e_k = exp((double)key_float(K) - mx); /* every tie has this z */
+        const int64_t n = fp4rl_nucleus_ties(gt, e_k, target, all);
+        int64_t seen = 0, last = -1;
+        for (int i = 0; i < ST && last < 0; i++) {
+            if (seen + s_cnt[i] < n) {
+                seen += s_cnt[i];
+                continue;
+            }
+            last = i; /* the chunk holding the n-th tie */
+        }
+        s_nu.key = K;
+        s_nu.last_tie = last; /* a chunk index for now */
+        s_nu.mass = gt + (double)n * e_k;
+        s_cnt[0] = n - seen; /* the rank of the last tie within that chunk */
+    }
+    __syncthreads();
+    nucleus_t r = s_nu;
+    const int64_t rank = s_cnt[0];
+    __syncthreads();
+    if (tid == (int)r.last_tie) { /* the chunk's owner finds the token */
+        int64_t seen = 0, id = -1;
+        for (int64_t v = c0; v < c1 && id < 0; v++)
+            if (l[v] >= cand && order_key(l[v] / temperature) == K && ++seen == rank) id = v;
+        s_nu.last_tie = id;
+    }
+    __syncthreads();
+    r.last_tie = s_nu.last_tie;
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ bool in_nucleus(const nucleus_t &nu, float lv, float zv, float cand, int64_t v)
+{
+    if (!(lv >= cand)) return false;
+    const uint32_t k = order_key(zv);
+    return k > nu.key || (k == nu.key && v <= nu.last_tie);
+}
+
+__global__ void __launch_bounds__(ST) sample_k(int32_t *tokens, float *logp, const float *logits, int64_t V, float temperature,
+                                               int64_t top_k, double top_p, uint64_t seed, uint64_t offset, uint64_t row0)
+{
+    __shared__ float shf[ST];
     __shared__ double s_all[ST], s_kept[ST];
     __shared__ int64_t s_last[ST];
+    __shared__ double s_tkept;
     const int64_t b = blockIdx.x;
     const float *l = logits + b * V;
     const int tid = threadIdx.x;
@@ -108,38 +244,8 @@ __global__ void __launch_bounds__(ST) sample_k(int32_t *tokens, float *logp, con
     for (int64_t v = tid; v < V; v += ST) mx = fmaxf(mx, l[v] / temperature);
     mx = block_max(mx, shf);
 
-    /* the k-th largest logit (counting repeats), by a most-significant-byte-first radix select */
-    float thresh = -INFINITY;
-    if (top_k > 0 && top_k < V) {
-        if (tid == 0) {
-            s_prefix = 0;
-            s_need = top_k; /* rank still to find among the keys matching the prefix */
-        }
-        for (int pass = 0; pass < 4; pass++) {
-            const int shift = 24 - 8 * pass;
-            for (int i = tid; i < 256; i += ST) hist[i] = 0;
-            __syncthreads();
-            const uint32_t prefix = s_prefix;
-            const uint32_t hi_mask = pass == 0 ? 0u : (0xffffffffu << (32 - 8 * pass));
-            for (int64_t v = tid; v < V; v += ST) {
-                const uint32_t key = order_key(l[v]);
-                if ((key & hi_mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1u); /* integer counts: exact */
-            }
-            __syncthreads();
-            if (tid == 0) {
-                int64_t need = s_need;
-                int bin = 255;
-                for (; bin > 0; bin--) {
-                    if ((int64_t)hist[bin] >= need) break;
-                    need -= hist[bin];
-                }
-                s_need = need;
-                s_prefix = prefix | ((uint32_t)bin << shift);
-            }
-            __syncthreads();
-        }
-        thresh = key_float(s_prefix);
-    }
+    /* the k-th largest logit (counting repeats) */
+    const float thresh = top_k > 0 && top_k < V ? kth_largest_block(l, V, top_k) : -INFINITY;
 
     /* per-thread contiguous chunks of the vocabulary: sums of exponentials, all and kept */
     const int64_t chunk = (V + ST - 1) / ST, c0 = tid * chunk, c1 = c0 + chunk < V ? c0 + chunk : V;
@@ -157,7 +263,30 @@ __global__ void __launch_bounds__(ST) sample_k(int32_t *tokens, float *logp, con
     s_kept[tid] = kept;
     s_last[tid] = last;
     __syncthreads();
-    if (tid == 0) {
+    /* top-p: the nucleus, its per-chunk masses and last tokens in place of the top-k's */
+    const bool nucl = fp4rl_nucleus_on(top_p);
+    nucleus_t nu = {0, -1, 0};
+    if (nucl) {
+        if (tid == 0) {
+            double t = 0;
+            for (int i = 0; i < ST; i++) t += s_kept[i];
+            s_tkept = t;
+        }
+        __syncthreads();
+        nu = nucleus_block(l, temperature, thresh, mx, s_tkept, top_p, c0, c1);
+        double part = 0;
+        int64_t plast = -1;
+        for (int64_t v = c0; v < c1; v++) {
+            const float z = l[v] / temperature;
+            if (!in_nucleus(nu, l[v], z, thresh, v)) continue;
+            part += exp((double)z - mx);
+            plast = v;
+        }
+        s_kept[tid] = part;
+        s_last[tid] = plast;
+        __syncthreads();
+    }
+    if (tid == 0) { /* the inverse CDF over the kept tokens (the nucleus: renormalised) */
         double tall = 0, tkept = 0;
         int64_t tlast = 0;
         for (int i = 0; i < ST; i++) {
@@ -165,7 +294,8 @@ __global__ void __launch_bounds__(ST) sample_k(int32_t *tokens, float *logp, con
             tkept += s_kept[i];
             if (s_last[i] >= 0) tlast = s_last[i];
         }
-        const double u = (double)fp4rl_sr_uniform(seed, offset, row0 + (uint64_t)b) * tkept;
+        const double total = nucl ? nu.mass : tkept;
+        const double u = (double)fp4rl_sr_uniform(seed, offset, row0 + (uint64_t)b) * total;
         double acc = 0;
         int64_t pick = -1;
         for (int i = 0; i < ST && pick < 0; i++) {
@@ -175,8 +305,9 @@ __global__ void __launch_bounds__(ST) sample_k(int32_t *tokens, float *logp, con
             }
             const int64_t d0 = i * chunk, d1 = d0 + chunk < V ? d0 + chunk : V;
             for (int64_t v = d0; v < d1; v++) {
-                if (l[v] < thresh) continue;
-                acc += exp((double)(l[v] / temperature) - mx);
+                const float z = l[v] / temperature;
+                if (nucl ? !in_nucleus(nu, l[v], z, thresh, v) : l[v] < thresh) continue;
+                acc += exp((double)z - mx);
                 if (u < acc) {
                     pick = v;
                     break;
@@ -185,7 +316,78 @@ __global__ void __launch_bounds__(ST) sample_k(int32_t *tokens, float *logp, con
         }
         if (pick < 0) pick = tlast; /* u * kept rounding past the sum */
         tokens[b] = (int32_t)pick;
-        logp[b] = (float)((double)(l[pick] / temperature) - mx - log(tall));
+        logp[b] = (float)((double)(l[pick] / temperature) - mx - log(nucl ? nu.mass : tall));
+    }
+}
+
+/* The trainer's side of top-p: one block per row of z (already divided by the temperature). The
+ * row's max, top-k threshold and nucleus as sample_k finds them (temperature 1). */
+struct trainer_row_t {
+    float mx, cand;
+    nucleus_t nu;
+};
+
+__device__ trainer_row_t trainer_nucleus_block(const float *z, int64_t V, int64_t top_k, double top_p, int64_t c0, int64_t c1)
+{
+    __shared__ float shf[ST];
+    __shared__ double s_kept[ST];
+    __shared__ double s_tkept;
+    const int tid = threadIdx.x;
+    trainer_row_t r;
+    float mx = -INFINITY;
+    for (int64_t v = tid; v < V; v += ST) mx = fmaxf(mx, z[v]);
+    r.mx = block_max(mx, shf);
+    r.cand = top_k > 0 && top_k < V ? kth_largest_block(z, V, top_k) : -INFINITY;
+    double kept = 0;
+    for (int64_t v = c0; v < c1; v++)
+        if (z[v] >= r.cand) kept += exp((double)z[v] - r.mx);
+    s_kept[tid] = kept;
+    __syncthreads();
+    if (tid == 0) {
+        double t = 0;
+        for (int i = 0; i < ST; i++) t += s_kept[i];
+        s_tkept = t;
+    }
+    __syncthreads();
+    r.nu = nucleus_block(z, 1.0f, r.cand, r.mx, s_tkept, top_p, c0, c1);
+    return r;
+}
+
+__global__ void __launch_bounds__(ST) nucleus_logprobs_fwd_k(float *logp, float *lse, const float *logits, const int32_t *targets,
+                                                             int64_t V, int64_t top_k, double top_p)
+{
+    const int64_t n = blockIdx.x;
+    const float *z = logits + n * V;
+    const int32_t t = targets[n];
+    if (t < 0 || t >= V) { /* uniform over the block */
+        if (threadIdx.x == 0) logp[n] = lse[n] = 0.0f;
+        return;
+    }
+    const int64_t chunk = (V + ST - 1) / ST, c0 = threadIdx.x * chunk, c1 = c0 + chunk < V ? c0 + chunk : V;
+    const trainer_row_t r = trainer_nucleus_block(z, V, top_k, top_p, c0, c1); /* c0 >= c1: an empty chunk */
+    if (threadIdx.x == 0) {
+        const double mass = r.nu.mass + (in_nucleus(r.nu, z[t], z[t], r.cand, t) ? 0.0 : exp((double)z[t] - r.mx));
+        lse[n] = (float)((double)r.mx + log(mass));
+        logp[n] = (float)((double)z[t] - r.mx - log(mass));
+    }
+}
+
+__global__ void __launch_bounds__(ST) nucleus_logprobs_bwd_k(float *dlogits, const float *dlogp, const float *logits,
+                                                             const int32_t *targets, const float *lse, int64_t V, int64_t top_k,
+                                                             double top_p)
+{
+    const int64_t n = blockIdx.x;
+    const float *z = logits + n * V;
+    float *dz = dlogits + n * V;
+    const int32_t t = targets[n];
+    if (t < 0 || t >= V) return; /* an ignored target's logp is the constant 0 */
+    const int64_t chunk = (V + ST - 1) / ST, c0 = threadIdx.x * chunk, c1 = c0 + chunk < V ? c0 + chunk : V;
+    const trainer_row_t r = trainer_nucleus_block(z, V, top_k, top_p, c0, c1); /* c0 >= c1: an empty chunk */
+    const double gl = dlogp[n], ls = (double)lse[n];
+    for (int64_t v = threadIdx.x; v < V; v += ST) {
+        /* d logp_t / dz_v = [v == t] - [v in S'] p_v / sum_{S'} p, S' = S plus t, held fixed */
+        const double q = (v == t || in_nucleus(r.nu, z[v], z[v], r.cand, v)) ? exp((double)z[v] - ls) : 0.0;
+        dz[v] += (float)(gl * ((v == t ? 1.0 : 0.0) - q));
     }
 }
 
@@ -227,11 +429,33 @@ fp4rl_status fp4rl_cuda_resq_mask(fp4rl_context *ctx, float *r, int64_t N, int64
 }
 
 fp4rl_status fp4rl_cuda_sample_rows(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B,
-                                    int64_t V, float temperature, int64_t top_k, uint64_t seed, uint64_t offset, uint64_t row0)
+                                    int64_t V, float temperature, int64_t top_k, double top_p, uint64_t seed, uint64_t offset,
+                                    uint64_t row0)
 {
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
-    sample_k<<<(unsigned)B, ST, 0, s>>>(tokens, logp, logits, V, temperature, top_k, seed, offset, row0);
+    sample_k<<<(unsigned)B, ST, 0, s>>>(tokens, logp, logits, V, temperature, top_k, top_p, seed, offset, row0);
     return fp4rl_cuda_check_launch(ctx, "sample");
+}
+
+fp4rl_status fp4rl_cuda_nucleus_logprobs_forward(fp4rl_context *ctx, float *logp, float *lse, const float *logits,
+                                                 const int32_t *targets, int64_t N, int64_t V, int64_t top_k, double top_p)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st || N <= 0) return st;
+    nucleus_logprobs_fwd_k<<<(unsigned)N, ST, 0, s>>>(logp, lse, logits, targets, V, top_k, top_p);
+    return fp4rl_cuda_check_launch(ctx, "nucleus_logprobs_forward");
+}
+
+fp4rl_status fp4rl_cuda_nucleus_logprobs_backward(fp4rl_context *ctx, float *dlogits, const float *dlogp, const float *logits,
+                                                  const int32_t *targets, const float *lse, int64_t N, int64_t V, int64_t top_k,
+                                                  double top_p)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st || N <= 0) return st;
+    nucleus_logprobs_bwd_k<<<(unsigned)N, ST, 0, s>>>(dlogits, dlogp, logits, targets, lse, V, top_k, top_p);
+    return fp4rl_cuda_check_launch(ctx, "nucleus_logprobs_backward");
 }

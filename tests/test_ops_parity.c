@@ -415,8 +415,8 @@ START_TEST(test_rollout_ops)
         for (uint64_t off = 0; off < 4; off++) {
             int32_t tc[6] = {0}, *tg, *dtok = upi(tc, B);
             float lc[6] = {0}, *dlp = upf(lc, B);
-            OKG(C->sample_rows(cpu, tc, lc, l, B, V, 0.7f, ks[i], 1234, off, 0));
-            OKG(G->sample_rows(gpu, dtok, dlp, dl, B, V, 0.7f, ks[i], 1234, off, 0));
+            OKG(C->sample_rows(cpu, tc, lc, l, B, V, 0.7f, ks[i], 1.0, 1234, off, 0));
+            OKG(G->sample_rows(gpu, dtok, dlp, dl, B, V, 0.7f, ks[i], 1.0, 1234, off, 0));
             tg = down(dtok, sizeof tc);
             for (int b = 0; b < B; b++) ck_assert_msg(tg[b] == tc[b], "sample top_k %lld row %d: gpu %d cpu %d", (long long)ks[i], b, tg[b], tc[b]);
             cmp("sample logp", dlp, lc, B, 1e-5);
@@ -425,6 +425,68 @@ START_TEST(test_rollout_ops)
         }
     free(l);
     dfree(dl);
+}
+END_TEST
+
+/* Top-p: the same tokens and log-probs (under the nucleus) from sample_rows, small and at
+ * Qwen2.5's vocabulary (151,936), with ties at the threshold and top-k; the trainer's nucleus
+ * log-probs and their backward within row-reduction tolerance, targets inside and outside the
+ * nucleus and ignored ones. */
+START_TEST(test_top_p_ops)
+{
+    const int64_t Vs[2] = {1000, 151936};
+    for (int iv = 0; iv < 2; iv++) {
+        const int64_t B = 6, V = Vs[iv];
+        float *l = rnd(B * V, 4);
+        for (int64_t v = 0; v < 40; v++) l[V + v * 7] = 3.5f;        /* row 1: ties */
+        for (int64_t v = 0; v < V; v++) l[2 * V + v] = 0.25f;         /* row 2: all equal: ties at the threshold */
+        for (int64_t v = 0; v < 5; v++) l[3 * V + 11 * v + 3] = 9.0f; /* row 3: a peaked row */
+        float *dl = upf(l, B * V);
+        const double ps[4] = {0.05, 0.5, 0.9, 0.999};
+        const int64_t ks[3] = {0, 20, 1};
+        for (int ip = 0; ip < 4; ip++)
+            for (int i = 0; i < 3; i++)
+                for (uint64_t off = 0; off < 3; off++) {
+                    int32_t tc[6] = {0}, *tg, *dtok = upi(tc, B);
+                    float lc[6] = {0}, *dlp = upf(lc, B);
+                    OKG(C->sample_rows(cpu, tc, lc, l, B, V, 0.7f, ks[i], ps[ip], 1234, off, 0));
+                    OKG(G->sample_rows(gpu, dtok, dlp, dl, B, V, 0.7f, ks[i], ps[ip], 1234, off, 0));
+                    tg = down(dtok, sizeof tc);
+                    for (int b = 0; b < B; b++)
+                        ck_assert_msg(tg[b] == tc[b], "sample V %lld top_p %g top_k %lld row %d: gpu %d cpu %d", (long long)V, ps[ip],
+                                      (long long)ks[i], b, tg[b], tc[b]);
+                    cmp("sample top-p logp", dlp, lc, B, 1e-5);
+                    free(tg);
+                    dfree(dtok), dfree(dlp);
+                }
+        /* the trainer's side on z = l (already scaled): targets the CPU sampled, one far outside
+         * the nucleus, one ignored */
+        int32_t tgt[6];
+        float lpc[6];
+        OKG(C->sample_rows(cpu, tgt, lpc, l, B, V, 1.0f, 0, 0.5, 99, 0, 0));
+        for (int64_t v = 0, lo = 0; v < V; v++)
+            if (l[5 * V + v] < l[5 * V + lo]) tgt[5] = (int32_t)(lo = v); /* row 5: its least likely token */
+        tgt[4] = -1;
+        int32_t *dt = upi(tgt, B);
+        for (int i = 0; i < 3; i++) {
+            float lp[6], lse[6], *dlp2 = upf(lp, B), *dlse = upf(lse, B);
+            OKG(C->nucleus_logprobs_forward(cpu, lp, lse, l, tgt, B, V, ks[i], 0.5));
+            OKG(G->nucleus_logprobs_forward(gpu, dlp2, dlse, dl, dt, B, V, ks[i], 0.5));
+            cmp("nucleus_logprobs_forward logp", dlp2, lp, B, 1e-5);
+            cmp("nucleus_logprobs_forward lse", dlse, lse, B, 1e-5);
+            if (ks[i] == 0) /* the sampler's own log-probs for the tokens it drew */
+                for (int b = 0; b < 4; b++) ck_assert_msg(lp[b] == lpc[b], "row %d: trainer %.9g sampler %.9g", b, lp[b], lpc[b]);
+            float up_[6] = {0.3f, -1.1f, 0.7f, 2.0f, 1.0f, -0.4f}, *dup_ = upf(up_, B);
+            float *gx = calloc((size_t)(B * V), sizeof(float)), *dgx = upf(gx, B * V);
+            OKG(C->nucleus_logprobs_backward(cpu, gx, up_, l, tgt, lse, B, V, ks[i], 0.5));
+            OKG(G->nucleus_logprobs_backward(gpu, dgx, dup_, dl, dt, dlse, B, V, ks[i], 0.5));
+            cmp("nucleus_logprobs_backward", dgx, gx, B * V, 1e-5);
+            free(gx);
+            dfree(dlp2), dfree(dlse), dfree(dup_), dfree(dgx);
+        }
+        free(l);
+        dfree(dl), dfree(dt);
+    }
 }
 END_TEST
 
@@ -671,6 +733,7 @@ int main(void)
     tcase_add_test(tc, test_attention);
     tcase_add_test(tc, test_losses);
     tcase_add_test(tc, test_rollout_ops);
+    tcase_add_test(tc, test_top_p_ops);
     tcase_add_test(tc, test_rollout_fused_ops);
     tcase_add_test(tc, test_model_fp32);
     tcase_add_test(tc, test_rl_step);

@@ -195,10 +195,37 @@ typedef struct fp4rl_ops {
      * are numbered from row0, so a data-parallel rank sampling rows [row0, row0 + B) of a global
      * batch draws what one process sampling the whole batch draws. Writes the token and its
      * log-probability under the full softmax(logits / temperature) (not renormalised to the top
-     * k): the probability the trainer's numerics are compared against. temperature > 0. */
+     * k): the probability the trainer's numerics are compared against. temperature > 0.
+     * Top-p, when 0 < top_p < 1 (else off, and everything above holds bit for bit): with
+     * z_v = logits[v] / temperature (FP32), mx = max_v z_v, e_v = exp((double)z_v - mx) and C the
+     * candidates (the top k as above, or all), S is the nucleus of C: the tokens of C in (z
+     * descending, id ascending) order up to and including the first at which the mass reaches
+     * top_p * kept (kept = sum_{C} e_v). Found without sorting (fp4rl_nucleus below): the
+     * threshold key K = the largest order key of a z with M(K) = sum_{C, key(z_v) >= K} e_v >=
+     * top_p * kept, found by bisection on the 32-bit keys; S = {key > K} and the first n tokens
+     * (by id) with key == K, n the least >= 1 with M_gt + n e_K >= top_p * kept (M_gt the mass
+     * with key > K). The draw is the inverse CDF over S in vocabulary order with u * mass_S,
+     * mass_S = M_gt + n e_K, and logp = z_t - mx - log(mass_S): the log-prob under the truncated,
+     * renormalised distribution. Sums are in double in a fixed order (the GPU: per contiguous
+     * chunk, then over the chunks in order), so the CPU and the GPU differ only where a sum falls
+     * within double rounding of a comparison. */
     fp4rl_status (*sample_rows)(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B,
-                                int64_t V, float temperature, int64_t top_k, uint64_t seed, uint64_t offset,
-                                uint64_t row0);
+                                int64_t V, float temperature, int64_t top_k, double top_p, uint64_t seed,
+                                uint64_t offset, uint64_t row0);
+    /* The trainer's side of top-p (0 < top_p < 1): the log-prob of each target under the nucleus of
+     * its own row, for logits z [N, V] already divided by the temperature. Per row n with a target
+     * t (targets[n] in [0, V); else logp[n] = lse[n] = 0): C = the top_k largest z (ties at the
+     * k-th kept; all when top_k is 0 or >= V), S = sample_rows' nucleus of C (the same rule and
+     * arithmetic), S' = S plus t (a sampled token just outside this row's nucleus is kept, with
+     * its renormalised probability), lse[n] = (float)(mx + log(sum_{S'} e_v)) (saved) and
+     * logp[n] = (float)((double)z_t - mx - log(sum_{S'} e_v)), exactly sample_rows' value for the
+     * same row and token when t is in S. Backward, S' fixed:
+     * dlogits[n, v] += dlogp[n] ([v == t] - [v in S'] exp(z_v - lse[n])). */
+    fp4rl_status (*nucleus_logprobs_forward)(fp4rl_context *ctx, float *logp, float *lse, const float *logits,
+                                             const int32_t *targets, int64_t N, int64_t V, int64_t top_k, double top_p);
+    fp4rl_status (*nucleus_logprobs_backward)(fp4rl_context *ctx, float *dlogits, const float *dlogp, const float *logits,
+                                              const int32_t *targets, const float *lse, int64_t N, int64_t V,
+                                              int64_t top_k, double top_p);
 
     /* ---- the rollout's fused linear path (core/rl/rollout.c) ---------------------------------
      * The GEMM operand of rollout activations x [N, K] in one pass, as BF16 bit patterns; every

@@ -76,8 +76,15 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_attention_decode(fp4rl_context *ctx, float *
                                                      int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_resq_mask(fp4rl_context *ctx, float *r, int64_t N, int64_t K, int pattern);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_sample_rows(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits,
-                                                int64_t B, int64_t V, float temperature, int64_t top_k, uint64_t seed,
-                                                uint64_t offset, uint64_t row0);
+                                                int64_t B, int64_t V, float temperature, int64_t top_k, double top_p,
+                                                uint64_t seed, uint64_t offset, uint64_t row0);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_nucleus_logprobs_forward(fp4rl_context *ctx, float *logp, float *lse,
+                                                             const float *logits, const int32_t *targets, int64_t N,
+                                                             int64_t V, int64_t top_k, double top_p);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_nucleus_logprobs_backward(fp4rl_context *ctx, float *dlogits, const float *dlogp,
+                                                              const float *logits, const int32_t *targets,
+                                                              const float *lse, int64_t N, int64_t V, int64_t top_k,
+                                                              double top_p);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_underflow_count(fp4rl_context *ctx, float *counts, const float *x, const float *xq,
                                                     int64_t n);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_scale(fp4rl_context *ctx, float *x, int64_t n, float alpha);

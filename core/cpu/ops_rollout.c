@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/nucleus.h"
 #include "format/formats.h"
 #include "cpu/ops_cpu.h"
 #include "format/qdq_block.h"
@@ -97,16 +98,110 @@ fp4rl_status fp4rl_cpu_resq_mask(fp4rl_context *ctx, float *r, int64_t N, int64_
     }
 }
 
+/* ---- top-p: the nucleus of one row (core/backend/ops.h, sample_rows) ---- */
+typedef struct nucleus {
+    uint32_t key;     /* the threshold key K */
+    int64_t last_tie; /* the last token (by id) with key K in the nucleus */
+    double mass;      /* mass_S = M_gt + n e_K */
+} nucleus;
+
+/* Fills key[v] = the order key of z_v = l[v] / temperature and e[v] = exp(z_v - mx) for the
+ * candidates (l[v] >= cand; e[v] = 0 for the others), and returns kept = sum e in order. */
+static double nucleus_prepare(const float *l, int64_t V, float temperature, float cand, float mx, uint32_t *key, double *e)
+{
+    double kept = 0;
+    for (int64_t v = 0; v < V; v++) {
+        const float z = l[v] / temperature;
+        key[v] = fp4rl_nucleus_key(z);
+        e[v] = l[v] >= cand ? exp((double)z - mx) : 0.0;
+        kept += e[v];
+    }
+    return kept;
+}
+
+/* M(K) = the mass of the candidates with key >= K, summed in vocabulary order. */
+static double mass_from(const float *l, int64_t V, float cand, const uint32_t *key, const double *e, uint32_t K)
+{
+    double m = 0;
+    for (int64_t v = 0; v < V; v++)
+        if (l[v] >= cand && key[v] >= K) m += e[v];
+    return m;
+}
+
+/* The nucleus of the candidates for 0 < top_p < 1: K = the largest key with M(K) >= top_p * kept
+ * by bisection (M falls with K, and only at the candidates' keys, so K is one of them; the
+ * maximum z is a candidate, so the search starts below its key), then the ties at K. */
+static nucleus nucleus_find(const float *l, int64_t V, float cand, float mx, double kept, double top_p, const uint32_t *key,
+                            const double *e)
+{
+    const double target = top_p * kept;
+    uint32_t lo = 0, hi = fp4rl_nucleus_key(mx);
+    while (lo < hi) {
+        const uint32_t mid = fp4rl_nucleus_mid(lo, hi);
+        if (mass_from(l, V, cand, key, e, mid) >= target) lo = mid;
+        else hi = mid - 1;
+    }
+    nucleus r = {lo, -1, 0};
+    double m_gt = 0, e_k = 0;
+    int64_t cnt = 0;
+    for (int64_t v = 0; v < V; v++) {
+        if (!(l[v] >= cand)) continue;
+        if (key[v] > lo) m_gt += e[v];
+        else if (key[v] == lo) {
+            if (!cnt) e_k = e[v];
+            cnt++;
+        }
+    }
+    const int64_t n = fp4rl_nucleus_ties(m_gt, e_k, target, cnt);
+    for (int64_t v = 0, seen = 0; v < V && seen < n; v++)
+        if (l[v] >= cand && key[v] == lo && ++seen == n) r.last_tie = v;
+    r.mass = m_gt + (double)n * e_k;
+    return r;
+}
+
+static int in_nucleus(const nucleus *nu, const float *l, float cand, const uint32_t *key, int64_t v)
+{
+    return l[v] >= cand && (key[v] > nu->key || (key[v] == nu->key && v <= nu->last_tie));
+}
+
+/* The k-th largest of z (counting repeats), exactly: the largest key with at least k values at
+ * or above it, by bisection on integer counts. */
+static float kth_largest(const float *z, int64_t V, int64_t k, const uint32_t *key)
+{
+    uint32_t lo = 0, hi = 0xffffffffu;
+    while (lo < hi) {
+        const uint32_t mid = fp4rl_nucleus_mid(lo, hi);
+        int64_t c = 0;
+        for (int64_t v = 0; v < V; v++) c += key[v] >= mid;
+        if (c >= k) lo = mid;
+        else hi = mid - 1;
+    }
+    for (int64_t v = 0; v < V; v++)
+        if (key[v] == lo) return z[v];
+    return -INFINITY; /* not reached: the k-th largest is one of the values */
+}
+
 /* ---- sampling ---- */
 fp4rl_status fp4rl_cpu_sample_rows(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B,
-                                   int64_t V, float temperature, int64_t top_k, uint64_t seed, uint64_t offset,
+                                   int64_t V, float temperature, int64_t top_k, double top_p, uint64_t seed, uint64_t offset,
                                    uint64_t row0)
 {
     (void)ctx;
+    const int nucl = fp4rl_nucleus_on(top_p);
     float *kth = NULL;
+    uint32_t *key = NULL;
+    double *e = NULL;
     if (top_k > 0 && top_k < V) {
         kth = malloc((size_t)V * sizeof(float));
         if (!kth) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "sample: out of memory");
+    }
+    if (nucl) {
+        key = malloc((size_t)V * sizeof *key);
+        e = malloc((size_t)V * sizeof *e);
+        if (!key || !e) {
+            free(kth), free(key), free(e);
+            return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "sample: out of memory");
+        }
     }
     for (int64_t b = 0; b < B; b++) {
         const float *l = logits + b * V;
@@ -124,13 +219,34 @@ fp4rl_status fp4rl_cpu_sample_rows(fp4rl_context *ctx, int32_t *tokens, float *l
             }
             thresh = kth[top_k - 1];
         }
+        const double u0 = (double)fp4rl_sr_uniform(seed, offset, row0 + (uint64_t)b);
+        if (nucl) { /* top-p: the inverse CDF over the nucleus, renormalised */
+            const double kept = nucleus_prepare(l, V, temperature, thresh, mx, key, e);
+            const nucleus nu = nucleus_find(l, V, thresh, mx, kept, top_p, key, e);
+            const double u = u0 * nu.mass;
+            double acc = 0;
+            int64_t pick = -1, last = 0;
+            for (int64_t v = 0; v < V; v++) {
+                if (!in_nucleus(&nu, l, thresh, key, v)) continue;
+                last = v;
+                acc += e[v];
+                if (u < acc) {
+                    pick = v;
+                    break;
+                }
+            }
+            if (pick < 0) pick = last; /* u * mass rounding past the sum */
+            tokens[b] = (int32_t)pick;
+            logp[b] = (float)((double)(l[pick] / temperature) - mx - log(nu.mass));
+            continue;
+        }
         double all = 0, kept = 0;
         for (int64_t v = 0; v < V; v++) {
             double e = exp((double)(l[v] / temperature) - mx);
             all += e;
             if (l[v] >= thresh) kept += e;
         }
-        const double u = (double)fp4rl_sr_uniform(seed, offset, row0 + (uint64_t)b) * kept;
+        const double u = u0 * kept;
         double acc = 0;
         int64_t pick = -1, last = 0;
         for (int64_t v = 0; v < V; v++) {
@@ -147,6 +263,84 @@ fp4rl_status fp4rl_cpu_sample_rows(fp4rl_context *ctx, int32_t *tokens, float *l
         logp[b] = (float)((double)(l[pick] / temperature) - mx - log(all));
     }
     free(kth);
+    free(key);
+    free(e);
+    return FP4RL_OK;
+}
+
+/* ---- the trainer's side of top-p: one row's nucleus, as the sampler finds it ---- */
+typedef struct nucleus_row {
+    float mx, cand;
+    nucleus nu;
+} nucleus_row;
+
+static nucleus_row trainer_nucleus(const float *z, int64_t V, int64_t top_k, double top_p, uint32_t *key, double *e)
+{
+    nucleus_row r = {-INFINITY, -INFINITY, {0, -1, 0}};
+    for (int64_t v = 0; v < V; v++) {
+        r.mx = fmaxf(r.mx, z[v]);
+        key[v] = fp4rl_nucleus_key(z[v]);
+    }
+    if (top_k > 0 && top_k < V) r.cand = kth_largest(z, V, top_k, key);
+    const double kept = nucleus_prepare(z, V, 1.0f, r.cand, r.mx, key, e);
+    r.nu = nucleus_find(z, V, r.cand, r.mx, kept, top_p, key, e);
+    return r;
+}
+
+fp4rl_status fp4rl_cpu_nucleus_logprobs_forward(fp4rl_context *ctx, float *logp, float *lse, const float *logits,
+                                                const int32_t *targets, int64_t N, int64_t V, int64_t top_k, double top_p)
+{
+    (void)ctx;
+    uint32_t *key = malloc((size_t)V * sizeof *key);
+    double *e = malloc((size_t)V * sizeof *e);
+    if (!key || !e) {
+        free(key), free(e);
+        return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "nucleus log-probs: out of memory");
+    }
+    for (int64_t n = 0; n < N; n++) {
+        const float *z = logits + n * V;
+        const int32_t t = targets[n];
+        if (t < 0 || t >= V) {
+            logp[n] = lse[n] = 0.0f;
+            continue;
+        }
+        const nucleus_row r = trainer_nucleus(z, V, top_k, top_p, key, e);
+        /* S' = S plus the target */
+        const double mass = r.nu.mass + (in_nucleus(&r.nu, z, r.cand, key, t) ? 0.0 : exp((double)z[t] - r.mx));
+        lse[n] = (float)((double)r.mx + log(mass));
+        logp[n] = (float)((double)z[t] - r.mx - log(mass));
+    }
+    free(key);
+    free(e);
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_cpu_nucleus_logprobs_backward(fp4rl_context *ctx, float *dlogits, const float *dlogp, const float *logits,
+                                                 const int32_t *targets, const float *lse, int64_t N, int64_t V,
+                                                 int64_t top_k, double top_p)
+{
+    (void)ctx;
+    uint32_t *key = malloc((size_t)V * sizeof *key);
+    double *e = malloc((size_t)V * sizeof *e);
+    if (!key || !e) {
+        free(key), free(e);
+        return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "nucleus log-probs backward: out of memory");
+    }
+    for (int64_t n = 0; n < N; n++) {
+        const float *z = logits + n * V;
+        float *dz = dlogits + n * V;
+        const int32_t t = targets[n];
+        if (t < 0 || t >= V) continue; /* an ignored target's logp is the constant 0 */
+        const nucleus_row r = trainer_nucleus(z, V, top_k, top_p, key, e);
+        const double gl = dlogp[n];
+        for (int64_t v = 0; v < V; v++) {
+            /* d logp_t / dz_v = [v == t] - [v in S'] p_v / sum_{S'} p, S' = S plus t, held fixed */
+            const double q = (v == t || in_nucleus(&r.nu, z, r.cand, key, v)) ? exp((double)z[v] - (double)lse[n]) : 0.0;
+            dz[v] += (float)(gl * ((v == t ? 1.0 : 0.0) - q));
+        }
+    }
+    free(key);
+    free(e);
     return FP4RL_OK;
 }
 

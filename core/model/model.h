@@ -181,6 +181,22 @@ FP4RL_HIDDEN fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens,
                                           const fp4rl_loss_hook *hook, float temperature, int64_t micro_tokens,
                                           const char *fn);
 
+/* The rollout's truncation of the sampling distribution, replayed on the log-probs of a pass
+ * (FP4RL_RL_TOP_P): with 0 < top_p < 1 each target's log-prob is log(p_t / sum_{i in S} p_i), S
+ * the nucleus of the pass's own softmax(logits / temperature) (restricted to the top_k largest
+ * when 0 < top_k < V; the sampler's rule) plus the target itself, the gradient with S fixed.
+ * Otherwise (top_p = 1, or no truncation given) the full softmax's. */
+typedef struct fp4rl_truncation {
+    int64_t top_k;
+    double top_p;
+} fp4rl_truncation;
+/* fp4rl_model_run with the log-probs (logprobs_out and the hook's) under `trunc` (NULL = none). */
+FP4RL_HIDDEN fp4rl_status fp4rl_model_run_truncated(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths,
+                                                    const float *loss_mask, int64_t B, int64_t T, float *logits_out,
+                                                    float *logprobs_out, int backward, double *loss,
+                                                    const fp4rl_loss_hook *hook, float temperature,
+                                                    const fp4rl_truncation *trunc, int64_t micro_tokens, const char *fn);
+
 /* core/model/model.c: clip the gradients' global norm (clip > 0), one AdamW step on all parameters
  * with the model's betas and eps, step + 1. *grad_norm gets the norm before clipping. */
 FP4RL_HIDDEN fp4rl_status fp4rl_model_update(fp4rl_model *m, double lr, double weight_decay, double clip, double *grad_norm);

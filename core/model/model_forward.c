@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "model/block.h"
+#include "backend/nucleus.h"
 
 
 static fp4rl_status check_batch(const fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, int64_t B,
@@ -111,8 +112,8 @@ static double chunk_share(const float *mask, int64_t N, int64_t R, int64_t k, do
  * cross-entropy's normaliser); whole: the micro-batch is the whole batch. */
 static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, const float *loss_mask,
                               int64_t b0, int64_t B, int64_t T, float *logits_out, float *logprobs_out, int backward,
-                              double *loss, const fp4rl_loss_hook *hook, float temperature, double mask_total, int whole,
-                              int recompute, const char *fn)
+                              double *loss, const fp4rl_loss_hook *hook, float temperature, const fp4rl_truncation *trunc,
+                              double mask_total, int whole, int recompute, const char *fn)
 {
     fp4rl_status st = FP4RL_OK;
     fp4rl_context *ctx = m->ctx;
@@ -176,6 +177,9 @@ static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32
     const int p_norm = fp4rl_model_p_norm(m);
     float *lnf = fp4rl_arena_f32(&a, N * C), *rstdf = fp4rl_arena_f32(&a, N);
     float *lse = fp4rl_arena_f32(&a, N), *logp = fp4rl_arena_f32(&a, N), *ent = fp4rl_arena_f32(&a, N);
+    /* top-p: the log-probs under the nucleus (core/backend/ops.h), whose log-normaliser goes here */
+    const int nucl = trunc && fp4rl_nucleus_on(trunc->top_p);
+    float *nlse = nucl ? fp4rl_arena_f32(&a, N) : NULL;
     if (a.st) goto arena_fail;
     TRY(ops->rmsnorm_forward(ctx, lnf, rstdf, x, fp4rl_model_w(m, p_norm), N, C, eps));
 
@@ -224,6 +228,8 @@ static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32
         if (!st && temperature != 1.0f) st = ops->scale(ctx, logits, rows * V, 1.0f / temperature);
         if (!st && want_lp)
             st = ops->logprobs_forward(ctx, logp + r0, backward && hook ? ent + r0 : NULL, lse + r0, logits, d_tgt + r0, rows, V);
+        if (!st && want_lp && nucl)
+            st = ops->nucleus_logprobs_forward(ctx, logp + r0, nlse + r0, logits, d_tgt + r0, rows, V, trunc->top_k, trunc->top_p);
         if (!st && ce) { /* the masked next-token cross-entropy, normalised over the batch */
             float *dlogits = fp4rl_arena_zeros(&ca, rows * V);
             st = ca.st;
@@ -290,7 +296,10 @@ static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32
             }
             float *dlogits = st ? NULL : fp4rl_arena_zeros(&ca, rows * V);
             if (!st) st = ca.st;
-            if (!st)
+            if (!st && nucl)
+                st = ops->nucleus_logprobs_backward(ctx, dlogits, dlogp + r0, logits, d_tgt + r0, nlse + r0, rows, V, trunc->top_k,
+                                                    trunc->top_p);
+            else if (!st)
                 st = ops->logprobs_backward(ctx, dlogits, dlogp + r0, NULL, logits, d_tgt + r0, lse + r0, ent + r0, rows, V);
             if (!st && temperature != 1.0f) st = ops->scale(ctx, dlogits, rows * V, 1.0f / temperature);
             if (!st) st = head_backward(m, &sv, dlnf, dlogits, lnf, r0, rows);
@@ -386,9 +395,10 @@ static int64_t micro_seqs(const fp4rl_model *m, int64_t B, int64_t T, int backwa
     return seqs < 1 ? 1 : seqs > B ? B : seqs;
 }
 
-fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, const float *loss_mask,
-                             int64_t B, int64_t T, float *logits_out, float *logprobs_out, int backward, double *loss,
-                             const fp4rl_loss_hook *hook, float temperature, int64_t micro_tokens, const char *fn)
+fp4rl_status fp4rl_model_run_truncated(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, const float *loss_mask,
+                                       int64_t B, int64_t T, float *logits_out, float *logprobs_out, int backward, double *loss,
+                                       const fp4rl_loss_hook *hook, float temperature, const fp4rl_truncation *trunc,
+                                       int64_t micro_tokens, const char *fn)
 {
     fp4rl_status st = check_batch(m, tokens, lengths, B, T, fn);
     if (st) return st;
@@ -406,10 +416,18 @@ fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_
         const int64_t nb = B - b0 < mb ? B - b0 : mb;
         st = run_micro(m, tokens + b0 * T, lengths ? lengths + b0 : NULL, loss_mask ? loss_mask + b0 * T : NULL, b0, nb, T,
                        logits_out ? logits_out + b0 * T * m->cfg.vocab_size : NULL, logprobs_out ? logprobs_out + b0 * T : NULL,
-                       backward, &lsum, hook, temperature, mask_total, nb == B, recompute, fn);
+                       backward, &lsum, hook, temperature, trunc, mask_total, nb == B, recompute, fn);
     }
     if (!st && loss) *loss = lsum;
     return st;
+}
+
+fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, const float *loss_mask,
+                             int64_t B, int64_t T, float *logits_out, float *logprobs_out, int backward, double *loss,
+                             const fp4rl_loss_hook *hook, float temperature, int64_t micro_tokens, const char *fn)
+{
+    return fp4rl_model_run_truncated(m, tokens, lengths, loss_mask, B, T, logits_out, logprobs_out, backward, loss, hook,
+                                     temperature, NULL, micro_tokens, fn);
 }
 
 fp4rl_status fp4rl_model_logits(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, int64_t B, int64_t T,

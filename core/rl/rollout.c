@@ -295,7 +295,7 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
             if (s_head.mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUM_BF16) TRY(ops->round_bf16(ctx, lq, ln, B * C));
             TRY(ops->linear_forward(ctx, logits, lq, whead, NULL, B, C, V));
         }
-        TRY(ops->sample_rows(ctx, d_samp, d_slogp, logits, B, V, cfg->temperature, cfg->top_k, cfg->seed, cfg->offset + (uint64_t)t, cfg->row0));
+        TRY(ops->sample_rows(ctx, d_samp, d_slogp, logits, B, V, cfg->temperature, cfg->top_k, cfg->top_p, cfg->seed, cfg->offset + (uint64_t)t, cfg->row0));
         TRY(ctx->be->download(ctx, sampled, d_samp, (size_t)B * 4));
         TRY(ctx->be->download(ctx, slogp, d_slogp, (size_t)B * 4));
         for (int64_t b = 0; b < B; b++) {

@@ -10,6 +10,7 @@ typedef struct fp4rl_rollout_cfg {
     int64_t max_new;        /* tokens per completion at most */
     float temperature;      /* > 0 */
     int64_t top_k;          /* 0 = off */
+    double top_p;           /* nucleus sampling when 0 < top_p < 1; 0 (unset) or 1 = off */
     const int32_t *stop;    /* stop token ids (a completion ends with, and includes, the first) */
     int64_t n_stop;
     uint64_t seed;          /* of sampling */

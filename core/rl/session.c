@@ -26,10 +26,10 @@ static const char *const metric_names[M_COUNT] = {
 static const char *const param_names[FP4RL_RL_PARAM_COUNT] = {
     "group_size", "max_new_tokens", "temperature", "top_k", "lr", "weight_decay", "clip_low", "clip_high",
     "tis_cap", "kl_coef", "loss_agg", "adv_norm", "minibatches", "epochs", "grad_clip", "seed", "allreduce_bf16",
-    "microbatch_tokens", "warmup_steps", "lr_schedule", "total_steps",
+    "microbatch_tokens", "warmup_steps", "lr_schedule", "total_steps", "top_p",
 };
 static const double param_defaults[FP4RL_RL_PARAM_COUNT] = {8, 64, 1.0, 0, 1e-6, 0, 0.2, 0.2, 5.0, 0, 0, 1, 1, 1, 1.0, 0, 0, 0,
-                                                            0, 0, 0};
+                                                            0, 0, 0, 1.0};
 
 static double now_s(void)
 {
@@ -115,6 +115,7 @@ const char *fp4rl_rl_param_allowed(const fp4rl_rl_session *s, int p, double v)
         if (!(integral && v >= 0 && v <= 2147483648.0)) allowed = "an integer in 0 .. 2^31";
         break;
     case FP4RL_RL_LR_SCHEDULE: if (!(v == 0 || v == 1 || v == 2)) allowed = "0 (constant), 1 (linear) or 2 (cosine)"; break;
+    case FP4RL_RL_TOP_P: if (!(v > 0 && v <= 1)) allowed = "(0, 1] (1 = off)"; break;
     default: if (!(v >= 0 && isfinite(v))) allowed = ">= 0"; break; /* clip high, grad clip */
     }
     return allowed;
@@ -242,7 +243,7 @@ static fp4rl_status do_rollout(fp4rl_rl_session *s, const int32_t *prompts, cons
     const int64_t G = (int64_t)s->hp[FP4RL_RL_GROUP_SIZE], max_new = (int64_t)s->hp[FP4RL_RL_MAX_NEW_TOKENS];
     fp4rl_rollout_cfg cfg = {
         .group = G, .max_new = max_new,
-        .temperature = (float)s->hp[FP4RL_RL_TEMPERATURE], .top_k = (int64_t)s->hp[FP4RL_RL_TOP_K],
+        .temperature = (float)s->hp[FP4RL_RL_TEMPERATURE], .top_k = (int64_t)s->hp[FP4RL_RL_TOP_K], .top_p = s->hp[FP4RL_RL_TOP_P],
         .stop = s->stop, .n_stop = (int64_t)s->n_stop, .seed = (uint64_t)s->hp[FP4RL_RL_SEED], .offset = s->sample_offset,
         .row0 = (uint64_t)p0 * (uint64_t)G, /* sampling draws by the global completion index */
     };
@@ -519,6 +520,8 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
     const int64_t n = st ? 0 : s->ro.n_seqs, G = (int64_t)s->hp[FP4RL_RL_GROUP_SIZE];
     const float temp = (float)s->hp[FP4RL_RL_TEMPERATURE];
     const int64_t micro = (int64_t)s->hp[FP4RL_RL_MICROBATCH_TOKENS];
+    /* top-p: every log-prob of the loss under the rollout's truncation (see FP4RL_RL_TOP_P) */
+    const fp4rl_truncation trunc = {(int64_t)s->hp[FP4RL_RL_TOP_K], s->hp[FP4RL_RL_TOP_P]};
     int32_t *tokens = NULL, *lengths = NULL;
     int64_t *plen = NULL, T = 0, zero_groups = 0;
     float *adv = NULL, *logp_old = NULL, *logp_ref = NULL;
@@ -540,7 +543,8 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
     const int64_t share = dist ? (int64_t)(s->global_prompts / (size_t)ctx->world_size) * G : n;
     const int64_t mbs = (int64_t)s->hp[FP4RL_RL_MINIBATCHES] < share ? (int64_t)s->hp[FP4RL_RL_MINIBATCHES] : share;
     const int old_from_pass = !s->separate_old_pass && s->hp[FP4RL_RL_EPOCHS] == 1 && mbs <= 1 && !fp4rl_model_forward_draws(m);
-    if (!st && !old_from_pass) st = fp4rl_model_run(m, tokens, lengths, NULL, n, T, NULL, logp_old, 0, NULL, NULL, temp, micro, fn);
+    if (!st && !old_from_pass)
+        st = fp4rl_model_run_truncated(m, tokens, lengths, NULL, n, T, NULL, logp_old, 0, NULL, NULL, temp, &trunc, micro, fn);
     /* the KL reference: the weights at the first step with beta > 0, kept on the device */
     if (!st && logp_ref) {
         const size_t bytes = (size_t)m->total * sizeof(float);
@@ -550,7 +554,7 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
         }
         float *live = m->w;
         m->w = s->ref_w; /* a forward with the reference weights */
-        if (!st) st = fp4rl_model_run(m, tokens, lengths, NULL, n, T, NULL, logp_ref, 0, NULL, NULL, temp, micro, fn);
+        if (!st) st = fp4rl_model_run_truncated(m, tokens, lengths, NULL, n, T, NULL, logp_ref, 0, NULL, NULL, temp, &trunc, micro, fn);
         m->w = live;
     }
     double sum[S_COUNT] = {0}, mx[X_COUNT] = {0};
@@ -593,7 +597,8 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
             pc.nonempty = norm[1];
             const fp4rl_loss_hook hook = {pg_hook, &pc};
             double loss, gn = 0;
-            st = fp4rl_model_run(m, tokens + pc.seq0 * T, lengths + pc.seq0, NULL, pc.nseq, T, NULL, NULL, 1, &loss, &hook, temp, micro, fn);
+            st = fp4rl_model_run_truncated(m, tokens + pc.seq0 * T, lengths + pc.seq0, NULL, pc.nseq, T, NULL, NULL, 1, &loss, &hook, temp,
+                                           &trunc, micro, fn);
             if (!st && !isfinite(loss))
                 st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the policy loss of minibatch %lld is %g, not finite; its update was not applied", fn, (long long)b, loss);
             if ((st = fp4rl_dist_agree(ctx, st, entry))) {

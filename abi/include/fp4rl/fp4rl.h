@@ -524,7 +524,8 @@ typedef enum fp4rl_rlparam {
     FP4RL_RL_GROUP_SIZE = 0,      /* completions per prompt, 2..1024 [8] */
     FP4RL_RL_MAX_NEW_TOKENS = 1,  /* 1..65536 [64] */
     FP4RL_RL_TEMPERATURE = 2,     /* [0.01, 100] [1.0] (below 0.01 the logits overflow); the trainer divides its logits by it too */
-    FP4RL_RL_TOP_K = 3,           /* 0 = off, else 1..vocab [0] */
+    FP4RL_RL_TOP_K = 3,           /* 0 = off, else 1..vocab [0]; alone (top_p = 1) the log-probs are those of
+                                     the full softmax, not renormalised to the top k */
     FP4RL_RL_LR = 4,              /* AdamW learning rate, (0, 1] [1e-6] */
     FP4RL_RL_WEIGHT_DECAY = 5,    /* decoupled, [0, 1] [0] (lr * decay <= 1) */
     FP4RL_RL_CLIP_LOW = 6,        /* eps_low, [0, 1) [0.2] */
@@ -557,9 +558,25 @@ typedef enum fp4rl_rlparam {
      * total updates. The metric "lr" is the last update's. */
     FP4RL_RL_WARMUP_STEPS = 18,   /* W, an integer in 0 .. 2^31 [0] */
     FP4RL_RL_LR_SCHEDULE = 19,    /* 0 = constant [0], 1 = linear decay, 2 = cosine decay */
-    FP4RL_RL_TOTAL_STEPS = 20     /* N for linear / cosine, an integer in 0 .. 2^31, N > W when used [0] */
+    FP4RL_RL_TOTAL_STEPS = 20,    /* N for linear / cosine, an integer in 0 .. 2^31, N > W when used [0] */
+    /* Top-p (nucleus) sampling, (0, 1] [1 = off]. With top_p < 1 the rollout samples from the
+     * nucleus: of softmax(logits / temperature), restricted to the top-k when FP4RL_RL_TOP_K is
+     * set, the smallest set of tokens whose probability adds up to >= top_p, taken in order of
+     * probability (ties: lower token id first), renormalised. The sampled token is still a
+     * deterministic function of the seed, the step and the completion's global index (batch
+     * composition never changes it). Its rollout log-prob (log mu) is under that truncated,
+     * renormalised distribution, and so is every log-prob the trainer's loss uses (log pi_theta,
+     * log pi_old, the KL reference's): the trainer computes the nucleus of its own distribution by
+     * the same rule (temperature, top-k, top-p) and takes log(p_t / sum_{i in S} p_i) with
+     * S = its nucleus plus the sampled token t (a token the rollout sampled can fall just outside
+     * the trainer's nucleus when the two numerics differ: it is kept, renormalised over S, never
+     * dropped or given -inf), the gradient with S held fixed; otherwise the importance ratio and
+     * the TIS weight would compare a truncated with a full distribution and be biased. The metric
+     * "entropy" stays that of the full distribution. With top_p = 1 sampling and every log-prob
+     * are as without it (top-k alone is not renormalised: see FP4RL_RL_TOP_K). */
+    FP4RL_RL_TOP_P = 21
 } fp4rl_rlparam;
-#define FP4RL_RL_PARAM_COUNT 21
+#define FP4RL_RL_PARAM_COUNT 22
 
 /* Creates a session that trains `model` (borrowed: it must outlive the session and belong to
  * `ctx`) with `policy` (copied; it becomes the model's policy; NULL keeps the model's). The

@@ -340,6 +340,18 @@ def test_grpo_config_defaults_and_trl_names(ctx):
     assert s2.config == c.update({"clip_high": 0.3})
 
 
+def test_grpo_config_top_p(ctx):
+    # top-p: default 1 (off), TRL's name, the library's range (0, 1] refused outside with its message
+    assert fp4rl.GRPOConfig().top_p == 1.0 and "(0, 1]" in fp4rl.GRPOConfig.doc("top_p")
+    c = fp4rl.GRPOConfig.from_trl(top_p=0.9, num_generations=4)
+    assert (c.top_p, c.group_size) == (0.9, 4)
+    s = new_session(ctx, top_p=0.8)
+    assert s.hparams["top_p"] == 0.8
+    for bad in (0.0, -0.5, 1.5):
+        with pytest.raises(fp4rl.InvalidArgumentError, match=r"top_p .*\(0, 1\]"):
+            fp4rl.RLSession(ctx, s.model, top_p=bad)
+
+
 def test_batched_rewards_equal_per_completion(ctx):
     # the same seed and prompts: a batched reward (TRL's form) gives the step a per-completion one gives
     out = []

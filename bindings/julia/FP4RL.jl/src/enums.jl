@@ -13,7 +13,7 @@ const VERSION_NUMBER = 100
 const MAX_DIMS = 8
 const QP_COUNT = 15
 const MP_COUNT = 8
-const RL_PARAM_COUNT = 21
+const RL_PARAM_COUNT = 22
 # Bytes of an NCCL unique id ([`nccl_unique_id`](@ref)).
 const NCCL_UNIQUE_ID_BYTES = 128
 
@@ -164,6 +164,7 @@ end
     RL_WARMUP_STEPS = 18 # learning-rate warm-up in optimizer updates [0]
     RL_LR_SCHEDULE = 19 # 0 = constant [0], 1 = linear, 2 = cosine decay after the warm-up
     RL_TOTAL_STEPS = 20 # total optimizer updates of a linear / cosine schedule [0]
+    RL_TOP_P = 21 # nucleus sampling, (0, 1] [1 = off]; rollout and trainer log-probs both truncated
 end
 
 # An enum value or a plain integer as the C int of a parameter. Plain integers are accepted so

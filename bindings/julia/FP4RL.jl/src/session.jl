@@ -13,7 +13,7 @@ the model's policy; `nothing` keeps the model's. The session keeps the model (an
 alive. Keywords set hyper-parameters by name, the [`RLParam`](@ref) names in lowercase without
 `RL_`: `group_size`, `max_new_tokens`, `temperature`, `top_k`, `lr`, `weight_decay`, `clip_low`,
 `clip_high`, `tis_cap`, `kl_coef`, `loss_agg`, `adv_norm`, `minibatches`, `epochs`, `grad_clip`,
-`seed`, `allreduce_bf16`, `microbatch_tokens`. Read and change them later with `s[RL_LR]`, `s[RL_LR] = 1e-4`.
+`seed`, `allreduce_bf16`, `microbatch_tokens`, `warmup_steps`, `lr_schedule`, `total_steps`, `top_p`. Read and change them later with `s[RL_LR]`, `s[RL_LR] = 1e-4`.
 
 The session's first update starts from a fresh AdamW state.
 """

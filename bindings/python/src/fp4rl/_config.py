@@ -47,12 +47,15 @@ class GRPOConfig:
     lr_schedule: int = _f(0, "after the warm-up: 0 constant, 1 linear, 2 cosine decay to 0 at total_steps "
                              "(TRL: lr_scheduler_type)")
     total_steps: int = _f(0, "total optimizer updates of a linear / cosine schedule (TRL: max_steps)")
+    top_p: float = _f(1.0, "nucleus sampling, (0, 1], 1 = off: sample from the smallest set of tokens (after temperature "
+                           "and top_k) whose probability reaches top_p, renormalised; the rollout's and the trainer's "
+                           "log-probs are both under that truncated distribution (TRL: top_p)")
 
     # TRL's names for the same knobs, and how their values translate
     TRL_ALIASES = {
         "num_generations": "group_size", "max_completion_length": "max_new_tokens", "learning_rate": "lr",
         "epsilon": "clip_low", "epsilon_high": "clip_high", "beta": "kl_coef", "num_iterations": "epochs",
-        "max_grad_norm": "grad_clip", "max_steps": "total_steps",
+        "max_grad_norm": "grad_clip", "max_steps": "total_steps", "top_p": "top_p",
     }
     LOSS_TYPES = {"grpo": 0, "dapo": 1, "bnpo": 1, "dr_grpo": 1}
     LR_SCHEDULES = {"constant": 0, "constant_with_warmup": 0, "linear": 1, "cosine": 2}

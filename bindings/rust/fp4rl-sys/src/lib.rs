@@ -244,7 +244,8 @@ pub const FP4RL_RL_MICROBATCH_TOKENS: fp4rl_rlparam = 17;
 pub const FP4RL_RL_WARMUP_STEPS: fp4rl_rlparam = 18;
 pub const FP4RL_RL_LR_SCHEDULE: fp4rl_rlparam = 19;
 pub const FP4RL_RL_TOTAL_STEPS: fp4rl_rlparam = 20;
-pub const FP4RL_RL_PARAM_COUNT: c_int = 21;
+pub const FP4RL_RL_TOP_P: fp4rl_rlparam = 21;
+pub const FP4RL_RL_PARAM_COUNT: c_int = 22;
 
 // Functions, in the header's order. `size_t` is `usize` (the same width and ABI on every
 // platform Rust and the library support); `const T *` is `*const T`, `T *` is `*mut T`.

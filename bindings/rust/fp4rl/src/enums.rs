@@ -285,5 +285,8 @@ c_enum! {
         LrSchedule = sys::FP4RL_RL_LR_SCHEDULE,
         /// total optimizer updates of a linear / cosine schedule [0]
         TotalSteps = sys::FP4RL_RL_TOTAL_STEPS,
+        /// nucleus sampling, (0, 1] [1 = off]; the rollout's and the trainer's log-probs are both
+        /// under the truncated, renormalised distribution
+        TopP = sys::FP4RL_RL_TOP_P,
     }
 }
