@@ -136,6 +136,38 @@ START_TEST(test_layout_from_quantization)
 END_TEST
 
 /* The allowed tiles agree with the tensor layer's check, and with quantization itself. */
+/* The tensor layer's layout (fp4rl_qdesc_make, from the traits and layout.h) is the one the formats
+ * were first written with: 64-element HiF4 row words, 16 / 32-element byte scales per block or per
+ * tile, two 4-bit codes a byte. */
+START_TEST(test_qdesc_layout)
+{
+    const int64_t dims[] = {1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200};
+    const int nd = (int)(sizeof dims / sizeof dims[0]);
+    for (int i = 0; i < 4; i++)
+        for (int tile = 0; tile <= 64; tile = tile ? tile * 2 : 16)
+            for (int a = 0; a < nd; a++)
+                for (int b = 0; b < nd; b++) {
+                    const fp4rl_dtype f = QFMTS[i];
+                    const int64_t R = dims[a], C = dims[b];
+                    if (!fp4rl_format_tile_ok(f, tile)) continue;
+                    const int hif4 = f == FP4RL_DTYPE_HIF4, block = hif4 ? 64 : f == FP4RL_DTYPE_NVFP4 ? 16 : 32;
+                    fp4rl_qdesc d;
+                    ck_assert(fp4rl_qdesc_make(&d, f, R, C, tile));
+                    ck_assert_int_eq(d.block, block);
+                    ck_assert_int_eq(d.row_bytes, f == FP4RL_DTYPE_MXFP8_E4M3 ? C : (C + 1) / 2);
+                    ck_assert_int_eq(d.scale_rows, hif4 || !tile ? R : (R + tile - 1) / tile);
+                    ck_assert_int_eq(d.scale_cols, hif4 ? (C + 63) / 64 : (C + (tile ? tile : block) - 1) / (tile ? tile : block));
+                    ck_assert_int_eq(d.scale_elem_bytes, hif4 ? 4 : 1);
+                }
+    fp4rl_qdesc d;
+    ck_assert(!fp4rl_qdesc_make(&d, FP4RL_DTYPE_F32, 4, 4, 0)); /* a dense dtype has no layout */
+    char buf[32];
+    ck_assert_str_eq(fp4rl_format_tiles_str(FP4RL_DTYPE_HIF4, "", buf, sizeof buf), "64");
+    ck_assert_str_eq(fp4rl_format_tiles_str(FP4RL_DTYPE_NVFP4, "0", buf, sizeof buf), "0, 16, 32, 64");
+    ck_assert_str_eq(fp4rl_format_tiles_str(FP4RL_DTYPE_BF16, "0", buf, sizeof buf), "0");
+}
+END_TEST
+
 START_TEST(test_tiles)
 {
     const int64_t tiles[] = {-64, -1, 0, 1, 8, 16, 24, 32, 48, 64, 128};
@@ -146,8 +178,9 @@ START_TEST(test_tiles)
                 ck_assert(!fp4rl_format_tile_ok(d, tiles[k]));
                 continue;
             }
-            ck_assert_msg(fp4rl_format_tile_ok(d, tiles[k]) == fp4rl_tile_ok(d, tiles[k]), "%s tile %lld", fp4rl_dtype_name(d),
-                          (long long)tiles[k]);
+            const int64_t t = tiles[k];
+            const int spec = t == 0 || (d == FP4RL_DTYPE_HIF4 ? t == 64 : t == 16 || t == 32 || t == 64);
+            ck_assert_msg(fp4rl_format_tile_ok(d, t) == spec, "%s tile %lld", fp4rl_dtype_name(d), (long long)t);
         }
     /* what the spec allows: HiF4 1D or 64 x 64, the others 16, 32 or 64 */
     ck_assert(fp4rl_format_tile_ok(FP4RL_DTYPE_HIF4, 64) && !fp4rl_format_tile_ok(FP4RL_DTYPE_HIF4, 32) &&
@@ -248,6 +281,7 @@ int main(void)
     tcase_add_test(tc, test_names_and_kinds);
     tcase_add_test(tc, test_element_max);
     tcase_add_test(tc, test_layout_from_quantization);
+    tcase_add_test(tc, test_qdesc_layout);
     tcase_add_test(tc, test_tiles);
     tcase_add_test(tc, test_bf16_exactness);
     tcase_add_test(tc, test_hif4_word_bits);

@@ -33,6 +33,10 @@ FP4RL_HD void fp4rl_code_put(uint8_t *codes, int64_t row_bytes, int code_bits, i
     *b = (c & 1) ? (uint8_t)((*b & 0x0f) | (code << 4)) : (uint8_t)((*b & 0xf0) | code);
 }
 
+/* Bytes of codes in a row of `cols` elements of code_bits (4 or 8) bits; an odd 4-bit row ends
+ * in a padding nibble. */
+FP4RL_HD int64_t fp4rl_code_row_bytes(int code_bits, int64_t cols) { return (cols * code_bits + 7) / 8; }
+
 /* ---- MX / NVFP4 scales ----------------------------------------------------------------------- */
 /* Index of the scale byte of element (r, c): per 1D block of `block` elements (tile 0) or per
  * tile x tile tile. */
@@ -87,6 +91,25 @@ FP4RL_HD uint32_t fp4rl_hif4_transposed_word(const uint32_t *w, int64_t R, int64
         if (r < R) out |= fp4rl_hif4_e16_at(fp4rl_hif4_word_e16(w[r * U + u], j / 4), g);
     }
     return out;
+}
+
+/* ---- the scale matrix ------------------------------------------------------------------------ */
+/* The [scale_rows, scale_cols] scales of a [rows, cols] tensor of format t: HiF4 one word per 64
+ * elements of every row (1D and 2D alike), the others one scale per 1D block of a row (tile 0)
+ * or per tile x tile tile. */
+FP4RL_HD void fp4rl_scale_dims(fp4rl_format_traits t, int tile, int64_t rows, int64_t cols, int64_t *scale_rows,
+                               int64_t *scale_cols)
+{
+    if (t.scale_kind == FP4RL_SCALE_KIND_HIF4_WORD) {
+        *scale_rows = rows;
+        *scale_cols = (cols + FP4RL_HIF4_UNIT - 1) / FP4RL_HIF4_UNIT;
+    } else if (tile) {
+        *scale_rows = (rows + tile - 1) / tile;
+        *scale_cols = (cols + tile - 1) / tile;
+    } else {
+        *scale_rows = rows;
+        *scale_cols = (cols + t.block - 1) / t.block;
+    }
 }
 
 #endif /* FP4RL_FORMAT_LAYOUT_H */

@@ -8,6 +8,7 @@
 #ifndef FP4RL_MODEL_H
 #define FP4RL_MODEL_H
 
+#include "io/safetensors.h"
 #include "model/hf_config.h"
 #include "runtime/internal.h"
 #include "backend/ops.h"
@@ -200,5 +201,40 @@ FP4RL_HIDDEN fp4rl_status fp4rl_model_run_truncated(fp4rl_model *m, const int32_
 /* core/model/model.c: clip the gradients' global norm (clip > 0), one AdamW step on all parameters
  * with the model's betas and eps, step + 1. *grad_norm gets the norm before clipping. */
 FP4RL_HIDDEN fp4rl_status fp4rl_model_update(fp4rl_model *m, double lr, double weight_decay, double clip, double *grad_norm);
+
+/* ---- the state the model owns, for the layers above it (RL session, checkpoints) ---- */
+/* What a caller may read: floats in each state buffer (weights, each AdamW moment), AdamW steps
+ * taken, the hyper-parameters (FP4RL_MP_COUNT), the policy, the config, the gradient buffer (NULL
+ * while none is held: fp4rl_model_grads). */
+static inline int64_t fp4rl_model_param_floats(const fp4rl_model *m) { return m->total; }
+static inline int64_t fp4rl_model_optimizer_step(const fp4rl_model *m) { return m->step; }
+static inline const double *fp4rl_model_hparams(const fp4rl_model *m) { return m->hp; }
+static inline const fp4rl_quant_policy *fp4rl_model_policy(const fp4rl_model *m) { return m->policy; }
+static inline const fp4rl_hf_config *fp4rl_model_config(const fp4rl_model *m) { return &m->cfg; }
+static inline float *fp4rl_model_grad_buffer(const fp4rl_model *m) { return m->g; }
+
+/* core/model/model_state.c: a fresh AdamW state (zero moments, step 0). */
+FP4RL_HIDDEN fp4rl_status fp4rl_model_reset_optimizer(fp4rl_model *m);
+/* *out = a new device buffer of the context holding a copy of the weights (a KL reference; the
+ * caller frees it with ctx->be->free). *out is set as soon as it is allocated, even when the
+ * copy then fails. */
+FP4RL_HIDDEN fp4rl_status fp4rl_model_copy_weights(const fp4rl_model *m, float **out);
+/* fp4rl_model_run's forward (log-probs only, no backward) on the weights ref_w, a buffer from
+ * fp4rl_model_copy_weights, instead of the model's own, which stay as they are; log-probs under
+ * `trunc` (NULL = none). */
+FP4RL_HIDDEN fp4rl_status fp4rl_model_ref_logprobs(fp4rl_model *m, float *ref_w, const int32_t *tokens,
+                                                   const int32_t *lengths, int64_t B, int64_t T, float *logprobs_out,
+                                                   float temperature, const fp4rl_truncation *trunc, int64_t micro_tokens,
+                                                   const char *fn);
+/* Checkpoint I/O through host arrays of fp4rl_model_param_floats floats in the model's layout:
+ * the moments to the host; every parameter of file f by its HF name into w; weights and moments
+ * from the host (in that order, stopping at the first failure). */
+FP4RL_HIDDEN fp4rl_status fp4rl_model_moments_to_host(const fp4rl_model *m, float *adam_m, float *adam_v);
+FP4RL_HIDDEN fp4rl_status fp4rl_model_read_weights(const fp4rl_model *m, const fp4rl_st *f, float *w);
+FP4RL_HIDDEN fp4rl_status fp4rl_model_state_from_host(fp4rl_model *m, const float *w, const float *adam_m,
+                                                      const float *adam_v);
+/* A loaded checkpoint's training settings: the model takes `policy` (and destroys its own), hp
+ * (FP4RL_MP_COUNT values) and the AdamW step count. */
+FP4RL_HIDDEN void fp4rl_model_restore_training(fp4rl_model *m, fp4rl_quant_policy *policy, const double *hp, int64_t step);
 
 #endif

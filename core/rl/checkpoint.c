@@ -44,7 +44,7 @@ static char *state_json(const fp4rl_rl_session *s)
     cJSON_AddStringToObject(root, "format", STATE_FORMAT);
     cJSON_AddNumberToObject(root, "version", STATE_VERSION);
     cJSON_AddNumberToObject(root, "session_steps", (double)s->steps);
-    cJSON_AddNumberToObject(root, "model_step", (double)m->step);
+    cJSON_AddNumberToObject(root, "model_step", (double)fp4rl_model_optimizer_step(m));
     /* 64-bit counters as decimal strings: JSON numbers are doubles */
     snprintf(num, sizeof num, "%llu", (unsigned long long)seed);
     cJSON_AddStringToObject(root, "context_seed", num);
@@ -55,15 +55,15 @@ static char *state_json(const fp4rl_rl_session *s)
     cJSON *hp = cJSON_AddArrayToObject(root, "session_params");
     for (int i = 0; i < FP4RL_RL_PARAM_COUNT; i++) cJSON_AddItemToArray(hp, cJSON_CreateNumber(s->hp[i]));
     cJSON *mh = cJSON_AddArrayToObject(root, "model_params");
-    for (int i = 0; i < FP4RL_MP_COUNT; i++) cJSON_AddItemToArray(mh, cJSON_CreateNumber(m->hp[i]));
+    for (int i = 0; i < FP4RL_MP_COUNT; i++) cJSON_AddItemToArray(mh, cJSON_CreateNumber(fp4rl_model_hparams(m)[i]));
     cJSON *pol = cJSON_AddArrayToObject(root, "policy");
     for (int i = 0; i < FP4RL_QP_COUNT; i++)
-        cJSON_AddItemToArray(pol, cJSON_CreateNumber((double)fp4rl_policy_value(m->policy, (fp4rl_qparam)i)));
+        cJSON_AddItemToArray(pol, cJSON_CreateNumber((double)fp4rl_policy_value(fp4rl_model_policy(m), (fp4rl_qparam)i)));
     cJSON *stop = cJSON_AddArrayToObject(root, "stop_tokens");
     for (size_t i = 0; i < s->n_stop; i++) cJSON_AddItemToArray(stop, cJSON_CreateNumber(s->stop[i]));
     cJSON_AddBoolToObject(root, "has_ref", s->ref_w != NULL);
     char *cfg = NULL;
-    if (fp4rl_hf_config_to_json(&m->cfg, &cfg) == FP4RL_OK) {
+    if (fp4rl_hf_config_to_json(fp4rl_model_config(m), &cfg) == FP4RL_OK) {
         cJSON_AddItemToObject(root, "config", cJSON_Parse(cfg));
         free(cfg);
     }
@@ -113,17 +113,17 @@ fp4rl_status fp4rl_session_save(const fp4rl_rl_session *s, const char *dir)
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     st = fp4rl_model_save(m, path, FP4RL_DTYPE_F32);
     /* optimizer moments (and the KL reference), straight from the device */
-    const size_t bytes = (size_t)m->total * sizeof(float);
+    const int64_t n = fp4rl_model_param_floats(m);
+    const size_t bytes = (size_t)n * sizeof(float);
     float *host = st ? NULL : malloc(bytes * 3);
     if (!st && !host) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
-    if (!st) st = ctx->be->download(ctx, host, m->adam_m, bytes);
-    if (!st) st = ctx->be->download(ctx, host + m->total, m->adam_v, bytes);
-    if (!st && s->ref_w) st = ctx->be->download(ctx, host + 2 * m->total, s->ref_w, bytes);
+    if (!st) st = fp4rl_model_moments_to_host(m, host, host + n);
+    if (!st && s->ref_w) st = ctx->be->download(ctx, host + 2 * n, s->ref_w, bytes);
     if (!st) {
-        const int64_t shape[1] = {m->total};
+        const int64_t shape[1] = {n};
         const fp4rl_st_write_entry e[3] = {{"adam_m", FP4RL_DTYPE_F32, 1, shape, host, 0},
-                                           {"adam_v", FP4RL_DTYPE_F32, 1, shape, host + m->total, 0},
-                                           {"ref_w", FP4RL_DTYPE_F32, 1, shape, host + 2 * m->total, 0}};
+                                           {"adam_v", FP4RL_DTYPE_F32, 1, shape, host + n, 0},
+                                           {"ref_w", FP4RL_DTYPE_F32, 1, shape, host + 2 * n, 0}};
         snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
         st = fp4rl_st_write_path(path, e, s->ref_w ? 3 : 2, NULL, 0);
     }
@@ -220,7 +220,7 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
      * before the micro-batch knobs 17 and 6 model parameters: the missing ones keep the session's
      * and the model's values */
     memcpy(hp, s->hp, sizeof hp);
-    memcpy(mh, s->model->hp, sizeof mh);
+    memcpy(mh, fp4rl_model_hparams(m), sizeof mh);
     if (!st) st = number_array(root, "session_params", hp, SESSION_PARAMS_V1, FP4RL_RL_PARAM_COUNT, fn, path);
     if (!st) st = number_array(root, "model_params", mh, MODEL_PARAMS_V1, FP4RL_MP_COUNT, fn, path);
     if (!st) st = number_array(root, "policy", pol, FP4RL_QP_COUNT, FP4RL_QP_COUNT, fn, path);
@@ -245,10 +245,11 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
         fp4rl_hf_config c;
         st = ctext ? fp4rl_hf_config_parse(&c, ctext, strlen(ctext)) : fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s has no config", fn, path);
         free(ctext);
-        if (!st && (c.vocab_size != m->cfg.vocab_size || c.hidden_size != m->cfg.hidden_size ||
-                    c.intermediate_size != m->cfg.intermediate_size || c.num_hidden_layers != m->cfg.num_hidden_layers ||
-                    c.num_attention_heads != m->cfg.num_attention_heads || c.num_key_value_heads != m->cfg.num_key_value_heads ||
-                    c.tie_word_embeddings != m->cfg.tie_word_embeddings))
+        const fp4rl_hf_config *mc = fp4rl_model_config(m);
+        if (!st && (c.vocab_size != mc->vocab_size || c.hidden_size != mc->hidden_size ||
+                    c.intermediate_size != mc->intermediate_size || c.num_hidden_layers != mc->num_hidden_layers ||
+                    c.num_attention_heads != mc->num_attention_heads || c.num_key_value_heads != mc->num_key_value_heads ||
+                    c.tie_word_embeddings != mc->tie_word_embeddings))
             st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the checkpoint at %s is of another model shape", fn, base);
     }
     /* new objects first; the live state changes only when everything is in hand */
@@ -273,7 +274,7 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
         if (!stop) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         for (size_t i = 0; !st && i < n_stop; i++) {
             const cJSON *v = cJSON_GetArrayItem(js_stop, (int)i);
-            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= (double)m->cfg.vocab_size || v->valuedouble != floor(v->valuedouble))
+            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= (double)fp4rl_model_config(m)->vocab_size || v->valuedouble != floor(v->valuedouble))
                 st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: stop_tokens[%zu] is not a token id", fn, path, i);
             else stop[i] = (int32_t)v->valuedouble;
         }
@@ -281,7 +282,8 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
     const int has_ref = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "has_ref"));
     cJSON_Delete(root);
     /* tensors */
-    const size_t bytes = (size_t)m->total * sizeof(float);
+    const int64_t n = fp4rl_model_param_floats(m);
+    const size_t bytes = (size_t)n * sizeof(float);
     float *host = st ? NULL : malloc(bytes * 4);
     if (!st && !host) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
     fp4rl_st *fw = NULL, *fo = NULL;
@@ -289,16 +291,15 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
         snprintf(path, sizeof path, "%s/model.safetensors", base);
         st = fp4rl_st_open_path(&fw, path);
     }
-    for (int i = 0; !st && i < m->n_params; i++)
-        st = fp4rl_st_read_f32(fw, m->params[i].name, m->params[i].ndim, m->params[i].dims, host + m->params[i].offset);
+    if (!st) st = fp4rl_model_read_weights(m, fw, host);
     if (!st) {
         snprintf(path, sizeof path, "%s/optimizer.safetensors", base);
         st = fp4rl_st_open_path(&fo, path);
     }
-    const int64_t shape[1] = {m->total};
-    if (!st) st = fp4rl_st_read_f32(fo, "adam_m", 1, shape, host + m->total);
-    if (!st) st = fp4rl_st_read_f32(fo, "adam_v", 1, shape, host + 2 * m->total);
-    if (!st && has_ref) st = fp4rl_st_read_f32(fo, "ref_w", 1, shape, host + 3 * m->total);
+    const int64_t shape[1] = {n};
+    if (!st) st = fp4rl_st_read_f32(fo, "adam_m", 1, shape, host + n);
+    if (!st) st = fp4rl_st_read_f32(fo, "adam_v", 1, shape, host + 2 * n);
+    if (!st && has_ref) st = fp4rl_st_read_f32(fo, "ref_w", 1, shape, host + 3 * n);
     fp4rl_st_close(fw);
     fp4rl_st_close(fo);
     float *ref = NULL;
@@ -313,20 +314,15 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
         return st;
     }
     /* commit */
-    st = ctx->be->upload(ctx, m->w, host, bytes);
-    if (!st) st = ctx->be->upload(ctx, m->adam_m, host + m->total, bytes);
-    if (!st) st = ctx->be->upload(ctx, m->adam_v, host + 2 * m->total, bytes);
+    st = fp4rl_model_state_from_host(m, host, host + n, host + 2 * n);
     if (ref) s->ref_w = ref;
-    if (!st && has_ref) st = ctx->be->upload(ctx, s->ref_w, host + 3 * m->total, bytes);
+    if (!st && has_ref) st = ctx->be->upload(ctx, s->ref_w, host + 3 * n, bytes);
     if (!st && !has_ref && s->ref_w) {
         ctx->be->free(ctx, s->ref_w);
         s->ref_w = NULL;
     }
     free(host);
-    fp4rl_quant_policy_destroy(m->policy);
-    m->policy = np;
-    memcpy(m->hp, mh, sizeof mh);
-    m->step = (int64_t)mstep;
+    fp4rl_model_restore_training(m, np, mh, (int64_t)mstep);
     memcpy(s->hp, hp, sizeof hp);
     free(s->stop);
     s->stop = stop;

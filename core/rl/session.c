@@ -547,15 +547,8 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
         st = fp4rl_model_run_truncated(m, tokens, lengths, NULL, n, T, NULL, logp_old, 0, NULL, NULL, temp, &trunc, micro, fn);
     /* the KL reference: the weights at the first step with beta > 0, kept on the device */
     if (!st && logp_ref) {
-        const size_t bytes = (size_t)m->total * sizeof(float);
-        if (!s->ref_w) {
-            st = ctx->be->alloc(ctx, (void **)&s->ref_w, bytes);
-            if (!st) st = ctx->ops->copy(ctx, s->ref_w, m->w, m->total); /* ref = w */
-        }
-        float *live = m->w;
-        m->w = s->ref_w; /* a forward with the reference weights */
-        if (!st) st = fp4rl_model_run_truncated(m, tokens, lengths, NULL, n, T, NULL, logp_ref, 0, NULL, NULL, temp, &trunc, micro, fn);
-        m->w = live;
+        if (!s->ref_w) st = fp4rl_model_copy_weights(m, &s->ref_w); /* ref = w */
+        if (!st) st = fp4rl_model_ref_logprobs(m, s->ref_w, tokens, lengths, n, T, logp_ref, temp, &trunc, micro, fn);
     }
     double sum[S_COUNT] = {0}, mx[X_COUNT] = {0};
     if (!st && !old_from_pass) mismatch_stats(s, logp_old, T, plen, sum, mx);
@@ -563,12 +556,7 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
     st = fp4rl_dist_agree(ctx, st, entry);
     /* a session's first update starts a fresh AdamW state: moments left by earlier supervised
      * training are scaled to another loss and would shrink the RL updates for hundreds of steps */
-    if (!st && s->steps == 0) {
-        const size_t bytes = (size_t)m->total * sizeof(float);
-        st = ctx->be->memset0(ctx, m->adam_m, bytes);
-        if (!st) st = ctx->be->memset0(ctx, m->adam_v, bytes);
-        if (!st) m->step = 0;
-    }
+    if (!st && s->steps == 0) st = fp4rl_model_reset_optimizer(m);
     /* 6-7. loss, backward, AdamW over minibatches and epochs. Minibatch b of a distributed step is
      * every rank's local minibatch b: the loss is normalised by the counts of all of them and the
      * gradients are summed over the ranks, so every rank applies the same update. The count of
@@ -605,10 +593,10 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
                 stopped = 1;
                 break;
             }
-            st = fp4rl_dist_sum_f32(ctx, m->g, m->total, bf16);
-            /* this update's learning rate: u = the session's earlier updates (m->step, reset at its first) */
+            st = fp4rl_dist_sum_f32(ctx, fp4rl_model_grad_buffer(m), fp4rl_model_param_floats(m), bf16);
+            /* this update's learning rate: u = the session's earlier updates (the model's AdamW step, reset at its first) */
             const double lr = s->hp[FP4RL_RL_LR] * fp4rl_rl_lr_factor((int)s->hp[FP4RL_RL_LR_SCHEDULE], s->hp[FP4RL_RL_WARMUP_STEPS],
-                                                                      s->hp[FP4RL_RL_TOTAL_STEPS], (double)m->step);
+                                                                      s->hp[FP4RL_RL_TOTAL_STEPS], (double)fp4rl_model_optimizer_step(m));
             if (!st) st = fp4rl_model_update(m, lr, s->hp[FP4RL_RL_WEIGHT_DECAY], s->hp[FP4RL_RL_GRAD_CLIP], &gn);
             last_lr = lr;
             if (st && updates > 0) { /* a refused update stops the step; the earlier ones are not undone */

@@ -34,15 +34,17 @@ typedef struct fp4rl_qdesc {
     int scale_elem_bytes;           /* 1, or 4 for HiF4 words */
 } fp4rl_qdesc;
 
-/* Fills a description; false when the byte sizes overflow. */
+/* Fills a description from the format's traits and layout (format/traits.h, format/layout.h);
+ * false when the byte sizes overflow or dtype is not a quantized format. */
 FP4RL_HIDDEN bool fp4rl_qdesc_make(fp4rl_qdesc *d, fp4rl_dtype dtype, int64_t rows, int64_t cols, int tile);
 FP4RL_HIDDEN size_t fp4rl_qdesc_codes_bytes(const fp4rl_qdesc *d);
 FP4RL_HIDDEN size_t fp4rl_qdesc_scales_bytes(const fp4rl_qdesc *d);
 FP4RL_HIDDEN bool fp4rl_dtype_is_quantized(fp4rl_dtype t);
 FP4RL_HIDDEN bool fp4rl_dtype_is_dense(fp4rl_dtype t);
 FP4RL_HIDDEN size_t fp4rl_dtype_size(fp4rl_dtype t); /* dense element size */
-/* Which tiles a format can take (0 always). */
-FP4RL_HIDDEN bool fp4rl_tile_ok(fp4rl_dtype format, int64_t tile);
+/* For messages: `first`, then the 2D tile edges format f takes (format/traits.h), comma-separated
+ * ("0, 64" after "0"; "16, 32, 64" after ""), in buf of n bytes. */
+FP4RL_HIDDEN const char *fp4rl_format_tiles_str(fp4rl_dtype f, const char *first, char *buf, size_t n);
 
 /* The parameters of one quantization call, resolved from (format, policy, role, context). */
 typedef struct fp4rl_qparams {

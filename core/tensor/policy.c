@@ -51,13 +51,7 @@ void fp4rl_quant_policy_destroy(fp4rl_quant_policy *p) { free(p); }
 static bool is_format(int64_t v) { return v >= 0 && v <= INT_MAX && fp4rl_format_is_quantized((fp4rl_dtype)v); }
 
 /* "0, 16, 32, 64": the tiles format f takes (format/traits.h). */
-static const char *tiles_of(fp4rl_dtype f, char *buf, size_t n)
-{
-    int k = snprintf(buf, n, "0");
-    for (int t = 16; t <= 64; t *= 2)
-        if (fp4rl_format_tile_ok(f, t) && k > 0 && (size_t)k < n) k += snprintf(buf + k, n - (size_t)k, ", %d", t);
-    return buf;
-}
+static const char *tiles_of(fp4rl_dtype f, char *buf, size_t n) { return fp4rl_format_tiles_str(f, "0", buf, n); }
 
 static fp4rl_status bad(fp4rl_qparam param, int64_t value, const char *allowed)
 {

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/layout.h"
+#include "format/traits.h"
 #include "runtime/internal.h"
 
 bool fp4rl_mul_ok(size_t a, size_t b, size_t *r)
@@ -12,54 +14,47 @@ bool fp4rl_mul_ok(size_t a, size_t b, size_t *r)
     return true;
 }
 
-bool fp4rl_dtype_is_quantized(fp4rl_dtype t)
-{
-    return t == FP4RL_DTYPE_MXFP4 || t == FP4RL_DTYPE_NVFP4 || t == FP4RL_DTYPE_HIF4 || t == FP4RL_DTYPE_MXFP8_E4M3;
-}
+bool fp4rl_dtype_is_quantized(fp4rl_dtype t) { return fp4rl_format_is_quantized(t); }
 bool fp4rl_dtype_is_dense(fp4rl_dtype t) { return t == FP4RL_DTYPE_F32 || t == FP4RL_DTYPE_BF16 || t == FP4RL_DTYPE_I32; }
 size_t fp4rl_dtype_size(fp4rl_dtype t) { return t == FP4RL_DTYPE_BF16 ? 2 : 4; }
 
 const char *fp4rl_dtype_name(fp4rl_dtype t)
 {
+    if (fp4rl_format_is_quantized(t)) return fp4rl_format_of(t).name; /* spelled once, in format/traits.h */
     switch (t) {
     case FP4RL_DTYPE_F32: return "f32";
     case FP4RL_DTYPE_BF16: return "bf16";
     case FP4RL_DTYPE_I32: return "i32";
-    case FP4RL_DTYPE_MXFP4: return "mxfp4";
-    case FP4RL_DTYPE_NVFP4: return "nvfp4";
-    case FP4RL_DTYPE_HIF4: return "hif4";
-    case FP4RL_DTYPE_MXFP8_E4M3: return "mxfp8_e4m3";
+    default: break;
     }
     return "unknown";
 }
 
-bool fp4rl_tile_ok(fp4rl_dtype f, int64_t tile)
+const char *fp4rl_format_tiles_str(fp4rl_dtype f, const char *first, char *buf, size_t n)
 {
-    if (tile == 0) return true;
-    if (f == FP4RL_DTYPE_HIF4) return tile == 64;
-    return tile == 16 || tile == 32 || tile == 64;
+    int k = snprintf(buf, n, "%s", first);
+    const char *sep = first[0] ? ", " : "";
+    for (int t = 16; t <= 64; t *= 2)
+        if (fp4rl_format_tile_ok(f, t) && k >= 0 && (size_t)k < n) {
+            k += snprintf(buf + k, n - (size_t)k, "%s%d", sep, t);
+            sep = ", ";
+        }
+    return buf;
 }
-
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool fp4rl_qdesc_make(fp4rl_qdesc *d, fp4rl_dtype dtype, int64_t rows, int64_t cols, int tile)
 {
+    const fp4rl_format_traits t = fp4rl_format_of(dtype);
     memset(d, 0, sizeof *d);
+    if (!t.block) return false; /* not a quantized format: no layout */
     d->dtype = dtype;
     d->rows = rows;
     d->cols = cols;
     d->tile = tile;
-    d->block = dtype == FP4RL_DTYPE_HIF4 ? 64 : dtype == FP4RL_DTYPE_NVFP4 ? 16 : 32;
-    d->row_bytes = dtype == FP4RL_DTYPE_MXFP8_E4M3 ? cols : ceil_div(cols, 2);
-    if (dtype == FP4RL_DTYPE_HIF4) { /* row words in 1D and 2D alike */
-        d->scale_rows = rows;
-        d->scale_cols = ceil_div(cols, 64);
-        d->scale_elem_bytes = 4;
-    } else {
-        d->scale_rows = tile ? ceil_div(rows, tile) : rows;
-        d->scale_cols = ceil_div(cols, tile ? tile : d->block);
-        d->scale_elem_bytes = 1;
-    }
+    d->block = t.block;
+    d->row_bytes = fp4rl_code_row_bytes(t.code_bits, cols);
+    fp4rl_scale_dims(t, tile, rows, cols, &d->scale_rows, &d->scale_cols);
+    d->scale_elem_bytes = t.scale_bytes;
     size_t a, b;
     return fp4rl_mul_ok((size_t)rows, (size_t)d->row_bytes, &a) &&
            fp4rl_mul_ok((size_t)d->scale_rows, (size_t)d->scale_cols, &b) && fp4rl_mul_ok(b, 4, &b);
@@ -242,7 +237,7 @@ fp4rl_status fp4rl_tensor_scales_to_host(const fp4rl_tensor *t, void *dst, size_
 /* Padding nibbles of odd rows must be zero, so that a tensor has one byte representation. */
 static bool padding_clean(const fp4rl_qdesc *d, const uint8_t *codes)
 {
-    if (d->dtype == FP4RL_DTYPE_MXFP8_E4M3 || d->cols % 2 == 0) return true;
+    if (fp4rl_format_of(d->dtype).code_bits == 8 || d->cols % 2 == 0) return true;
     for (int64_t r = 0; r < d->rows; r++)
         if (codes[r * d->row_bytes + d->row_bytes - 1] & 0xf0) return false;
     return true;
@@ -258,9 +253,11 @@ fp4rl_status fp4rl_tensor_import_quantized(fp4rl_tensor **out, fp4rl_context *ct
     if (st) return st;
     if (!fp4rl_dtype_is_quantized(dtype))
         return fp4rl_fail(FP4RL_ERR_DTYPE, "%s: %s is not a quantized dtype (mxfp4, nvfp4, hif4, mxfp8_e4m3)", fn, fp4rl_dtype_name(dtype));
-    if (!fp4rl_tile_ok(dtype, tile))
+    const fp4rl_format_traits ft = fp4rl_format_of(dtype);
+    char tiles[32];
+    if (!fp4rl_format_tile_ok(dtype, tile))
         return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: tile %d is not allowed for %s (0, or %s)", fn, tile,
-                          fp4rl_dtype_name(dtype), dtype == FP4RL_DTYPE_HIF4 ? "64" : "16, 32, 64");
+                          fp4rl_dtype_name(dtype), fp4rl_format_tiles_str(dtype, "", tiles, sizeof tiles));
     if (!codes || !scales) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: codes or scales is NULL", fn);
     int64_t numel, rows, cols;
     st = fp4rl_check_shape(ndim, shape, &numel, fn);
@@ -272,11 +269,11 @@ fp4rl_status fp4rl_tensor_import_quantized(fp4rl_tensor **out, fp4rl_context *ct
         return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: a %s tensor of this shape with tile %d has %zu bytes of codes and %zu of scales; got %zu and %zu",
                           fn, fp4rl_dtype_name(dtype), tile, fp4rl_qdesc_codes_bytes(&d), fp4rl_qdesc_scales_bytes(&d), codes_bytes, scales_bytes);
     if (!padding_clean(&d, codes)) return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: a row's padding nibble is not zero", fn);
-    if (dtype == FP4RL_DTYPE_NVFP4) /* UE4M3 is unsigned: the top bit of a scale byte is never set */
+    if (ft.scale_kind == FP4RL_SCALE_KIND_UE4M3) /* UE4M3 is unsigned: the top bit of a scale byte is never set */
         for (size_t i = 0; i < scales_bytes; i++)
             if (((const uint8_t *)scales)[i] & 0x80u)
                 return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: NVFP4 scale %zu is 0x%02X, not a UE4M3 code (0x00..0x7F)", fn, i, ((const uint8_t *)scales)[i]);
-    if (dtype == FP4RL_DTYPE_NVFP4 ? !(tensor_scale > 0.0f && tensor_scale <= 3.4028235e38f) : tensor_scale != 1.0f)
+    if (ft.tensor_scale ? !(tensor_scale > 0.0f && tensor_scale <= 3.4028235e38f) : tensor_scale != 1.0f)
         return fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: tensor_scale %g is invalid (NVFP4: finite and > 0; other formats: 1.0)", fn, (double)tensor_scale);
     fp4rl_tensor *t;
     st = fp4rl_tensor_alloc(&t, ctx, dtype, ndim, shape, &d, fn);
