@@ -214,10 +214,10 @@ def run_rl(args, log=print):
     _check_config(args.out, cfg)
     t0 = time.perf_counter()
     seeds = [int(s) for s in args.seeds.split(",")]
-    todo = arms(args.recipes.split(",") if args.recipes != "all" else RECIPE_NAMES, args.formats.split(","))
+    pending = arms(args.recipes.split(",") if args.recipes != "all" else RECIPE_NAMES, args.formats.split(","))
     done = skipped = 0
     for seed in seeds:  # seed-major: a seed's warm-up is made once and reused by its arms
-        for (name, train, rollout, resq, _), fmt in todo:
+        for (name, train, rollout, resq, _), fmt in pending:
             d = os.path.join(args.out, "runs", f"{fmt}_{slug(name)}_s{seed}")
             if os.path.exists(os.path.join(d, "summary.json")):
                 continue

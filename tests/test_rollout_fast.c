@@ -57,16 +57,20 @@ static float *activations(int64_t N, int64_t K)
     return x;
 }
 
-/* dequantize(quantize(x)) through the public API (the CPU reference quantizer). */
-static float *qdq_public(const float *x, int64_t N, int64_t K, fp4rl_dtype fmt, int tf)
+/* dequantize(quantize(x)) through the public API with stochastic rounding on (seed, the context's
+ * offset at the call: returned in *offset) or nearest */
+static float *qdq_public_sr(const float *x, int64_t N, int64_t K, fp4rl_dtype fmt, int tf, int sr, uint64_t *offset)
 {
     fp4rl_quant_policy *p;
     OK(fp4rl_quant_policy_create(&p));
     OK(fp4rl_quant_policy_set(p, FP4RL_QP_SCALE_RULE, tf ? FP4RL_SCALE_TRUNCATION_FREE : FP4RL_SCALE_OCP_FLOOR));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_ROUNDING_GRADIENT, sr ? FP4RL_ROUND_STOCHASTIC : FP4RL_ROUND_NEAREST));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_SEED, 4242));
     const int64_t shape[2] = {N, K};
     fp4rl_tensor *t, *q, *d;
     OK(fp4rl_tensor_from_host(&t, ctx, FP4RL_DTYPE_F32, 2, shape, x));
-    OK(fp4rl_quantize(&q, ctx, t, fmt, p, FP4RL_ROLE_ACTIVATION));
+    *offset = ctx->rng_offset;
+    OK(fp4rl_quantize(&q, ctx, t, fmt, p, FP4RL_ROLE_GRADIENT));
     OK(fp4rl_dequantize(&d, ctx, q, FP4RL_DTYPE_F32));
     float *y = malloc((size_t)(N * K) * sizeof(float));
     OK(fp4rl_tensor_to_host(d, y, (size_t)(N * K) * sizeof(float)));
@@ -75,6 +79,13 @@ static float *qdq_public(const float *x, int64_t N, int64_t K, fp4rl_dtype fmt, 
     fp4rl_tensor_destroy(d);
     fp4rl_quant_policy_destroy(p);
     return y;
+}
+
+/* dequantize(quantize(x)) through the public API (the CPU reference quantizer), nearest rounding. */
+static float *qdq_public(const float *x, int64_t N, int64_t K, fp4rl_dtype fmt, int tf)
+{
+    uint64_t offset;
+    return qdq_public_sr(x, N, K, fmt, tf, 0, &offset);
 }
 
 static int same_bf16(uint16_t got, float want)
@@ -137,30 +148,6 @@ START_TEST(test_act_matches_generic)
     ck_assert_int_eq(cases, 54);
 }
 END_TEST
-
-/* dequantize(quantize(x)) through the public API with stochastic rounding on (seed, the context's
- * offset at the call: returned in *offset) or nearest */
-static float *qdq_public_sr(const float *x, int64_t N, int64_t K, fp4rl_dtype fmt, int tf, int sr, uint64_t *offset)
-{
-    fp4rl_quant_policy *p;
-    OK(fp4rl_quant_policy_create(&p));
-    OK(fp4rl_quant_policy_set(p, FP4RL_QP_SCALE_RULE, tf ? FP4RL_SCALE_TRUNCATION_FREE : FP4RL_SCALE_OCP_FLOOR));
-    OK(fp4rl_quant_policy_set(p, FP4RL_QP_ROUNDING_GRADIENT, sr ? FP4RL_ROUND_STOCHASTIC : FP4RL_ROUND_NEAREST));
-    OK(fp4rl_quant_policy_set(p, FP4RL_QP_SEED, 4242));
-    const int64_t shape[2] = {N, K};
-    fp4rl_tensor *t, *q, *d;
-    OK(fp4rl_tensor_from_host(&t, ctx, FP4RL_DTYPE_F32, 2, shape, x));
-    *offset = ctx->rng_offset;
-    OK(fp4rl_quantize(&q, ctx, t, fmt, p, FP4RL_ROLE_GRADIENT));
-    OK(fp4rl_dequantize(&d, ctx, q, FP4RL_DTYPE_F32));
-    float *y = malloc((size_t)(N * K) * sizeof(float));
-    OK(fp4rl_tensor_to_host(d, y, (size_t)(N * K) * sizeof(float)));
-    fp4rl_tensor_destroy(t);
-    fp4rl_tensor_destroy(q);
-    fp4rl_tensor_destroy(d);
-    fp4rl_quant_policy_destroy(p);
-    return y;
-}
 
 /* The qdq_bf16 op (the training operands' fused round trip) equals the generic path bit for bit:
  * along the last dim it is fp4rl_quantize of x; down the columns, of x's transpose (transposed
