@@ -1,6 +1,6 @@
 /*
  * ops_attention.cu - causal grouped-query attention (training forward and backward) and the
- * rollout's one-query decode attention on the GPU, FlashAttention's interface without its tiling:
+ * rollout's attention of query rows against a KV cache (attention_rows) on the GPU, FlashAttention's interface without its tiling:
  * one thread block per query row (forward, dq) or per key row (dk, dv). Training attention with
  * head dims 16/32/64/128 goes to the tiled kernels of ops_attention_tiled.cu instead; these
  * kernels serve the other head dims and the rollout's decode step.
@@ -97,14 +97,154 @@ __global__ void __launch_bounds__(AT) attn_fwd_k(float *out, float *lse, const f
     if (threadIdx.x == 0) *l_out = l;
 }
 
-/* block = (b * Hq + h) */
-__global__ void __launch_bounds__(AT) attn_decode_k(float *out, const float *q, const float *kc, const float *vc, int64_t Tmax,
-                                                    int64_t len, int64_t Hq, int64_t Hkv, int64_t D, float scale, int bf)
+/* ---- attention_rows: one block per (query row, kv head, chunk of up to RH query heads) ----
+ * The GQA group's query heads read each key once. Warps take keys in turn; a key's D values
+ * are spread over the lanes (RD = D / 32 contiguous values each when D is 32, 64, 128 or 256, so a
+ * row is one coalesced load; otherwise strided, up to 8 each), and a score is the lanes' partial
+ * dot products summed by shuffles. Pass 1 keeps an online max and double sum per head (the CPU's
+ * recurrence, per warp, then merged); pass 2 recomputes the same scores for p = exp(x - lse) and
+ * accumulates p v per lane, summed over the warps at the end. Sums run in another order than the
+ * CPU's serial ones; operands and roundings are the contract's. */
+constexpr int RW = 4, RH = 8; /* warps per block; query heads per block */
+
+template <typename KT> __device__ __forceinline__ float kv_val(const KT *c, int64_t i);
+template <> __device__ __forceinline__ float kv_val<float>(const float *c, int64_t i) { return c[i]; }
+template <> __device__ __forceinline__ float kv_val<uint16_t>(const uint16_t *c, int64_t i) { return fp4rl_bf16_to_f32(c[i]); }
+
+/* The lane's values of one head-dim row at c + base: element e(j) = CONTIG ? lane * RD + j : lane + 32 j. */
+template <int RD, bool CONTIG, typename KT>
+__device__ __forceinline__ void load_row(float (&x)[RD], const KT *c, int64_t base, int lane, int D, int bf)
 {
-    extern __shared__ float dyn[];
-    const int64_t row = blockIdx.x, h = row % Hq, b = row / Hq;
-    const int64_t kv0 = (b * Tmax * Hkv + h / (Hq / Hkv)) * D;
-    attend_row(out + row * D, q + row * D, kc + kv0, vc + kv0, Hkv * D, len, D, scale, dyn, dyn + D, bf);
+#pragma unroll
+    for (int j = 0; j < RD; j++) {
+        const int e = CONTIG ? lane * RD + j : lane + 32 * j;
+        x[j] = CONTIG || e < D ? rd(kv_val<KT>(c, base + e), bf) : 0.0f;
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* A head's score against a key: the lanes' partial dot products, summed across the warp (every
+ * lane gets the same value, the same in both passes). */
+template <int RD> __device__ __forceinline__ float score(const float (&q)[RD], const float (&k)[RD], float scale)
+{
+    float p = 0.0f;
+#pragma unroll
+    for (int j = 0; j < RD; j++) p += q[j] * k[j];
+    return scale * warp_sum(p);
+}
+
+template <int RD, bool CONTIG, typename KT>
+__global__ void __launch_bounds__(RW * 32) attn_rows_k(float *out, const float *q, const KT *kc, const KT *vc, const int32_t *seg,
+                                                      int64_t Hq, int64_t Hkv, int D, float scale, int bf)
+{
+    extern __shared__ float acc_sh[]; /* [RW][RH][D] */
+    __shared__ float m_sh[RW][RH];
+    __shared__ double s_sh[RW][RH];
+    const int64_t n = blockIdx.x, kh = blockIdx.y, group = Hq / Hkv, h0 = kh * group + (int64_t)blockIdx.z * RH;
+    const int nh = (int)(group - (int64_t)blockIdx.z * RH < RH ? group - (int64_t)blockIdx.z * RH : RH);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t W = Hkv * D, b0 = seg[4 * n], l0 = seg[4 * n + 1], b1 = seg[4 * n + 2], nk = l0 + seg[4 * n + 3];
+    float qr[RH][RD], m[RH];
+    double sum[RH];
+#pragma unroll
+    for (int h = 0; h < RH; h++) {
+        if (h < nh) load_row<RD, CONTIG, float>(qr[h], q, (n * Hq + h0 + h) * D, lane, D, bf);
+        m[h] = -INFINITY;
+        sum[h] = 0.0;
+    }
+    /* pass 1: running max and sum of exponentials per head */
+    for (int64_t s = warp; s < nk; s += RW) {
+        const int64_t base = (s < l0 ? b0 + s : b1 + s - l0) * W + kh * D; /* key s: segment 0, then 1 */
+        float kr[RD];
+        load_row<RD, CONTIG, KT>(kr, kc, base, lane, D, bf);
+#pragma unroll
+        for (int h = 0; h < RH; h++) {
+            if (h >= nh) break;
+            const float x = score<RD>(qr[h], kr, scale);
+            if (x > m[h]) {
+                sum[h] = sum[h] * exp((double)m[h] - (double)x) + 1.0;
+                m[h] = x;
+            } else {
+                sum[h] += exp((double)x - (double)m[h]);
+            }
+        }
+    }
+    if (lane == 0)
+        for (int h = 0; h < nh; h++) {
+            m_sh[warp][h] = m[h];
+            s_sh[warp][h] = sum[h];
+        }
+    __syncthreads();
+    float lse[RH];
+#pragma unroll
+    for (int h = 0; h < RH; h++) {
+        if (h >= nh) break;
+        float mx = -INFINITY;
+        for (int w = 0; w < RW; w++) mx = fmaxf(mx, m_sh[w][h]);
+        double t = 0.0;
+        for (int w = 0; w < RW; w++)
+            if (m_sh[w][h] > -INFINITY) t += s_sh[w][h] * exp((double)m_sh[w][h] - (double)mx);
+        lse[h] = (float)((double)mx + log(t));
+    }
+    /* pass 2: o = sum_s p_s v_s */
+    float acc[RH][RD];
+#pragma unroll
+    for (int h = 0; h < RH; h++)
+#pragma unroll
+        for (int j = 0; j < RD; j++) acc[h][j] = 0.0f;
+    for (int64_t s = warp; s < nk; s += RW) {
+        const int64_t base = (s < l0 ? b0 + s : b1 + s - l0) * W + kh * D;
+        float kr[RD], vr[RD];
+        load_row<RD, CONTIG, KT>(kr, kc, base, lane, D, bf);
+        load_row<RD, CONTIG, KT>(vr, vc, base, lane, D, bf);
+#pragma unroll
+        for (int h = 0; h < RH; h++) {
+            if (h >= nh) break;
+            const float ps = rd(expf_cr(score<RD>(qr[h], kr, scale) - lse[h]), bf);
+#pragma unroll
+            for (int j = 0; j < RD; j++) acc[h][j] += ps * vr[j];
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < RH; h++) {
+        if (h >= nh) break;
+#pragma unroll
+        for (int j = 0; j < RD; j++) {
+            const int e = CONTIG ? lane * RD + j : lane + 32 * j;
+            if (CONTIG || e < D) acc_sh[(warp * RH + h) * D + e] = acc[h][j];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
+        const int h = i / D, e = i % D;
+        float o = 0.0f;
+        for (int w = 0; w < RW; w++) o += acc_sh[(w * RH + h) * D + e];
+        out[(n * Hq + h0 + h) * D + e] = o;
+    }
+}
+
+template <typename KT>
+static void launch_rows(cudaStream_t s, float *out, const float *q, const void *kc, const void *vc, const int32_t *seg, int64_t N,
+                        int64_t Hq, int64_t Hkv, int D, float scale, int bf)
+{
+    const dim3 grid((unsigned)N, (unsigned)Hkv, (unsigned)((Hq / Hkv + RH - 1) / RH));
+    const size_t sh = (size_t)RW * RH * D * sizeof(float);
+    const KT *k = (const KT *)kc, *v = (const KT *)vc;
+#define ROWS_K(RD, C) attn_rows_k<RD, C, KT><<<grid, RW * 32, sh, s>>>(out, q, k, v, seg, Hq, Hkv, D, scale, bf)
+    switch (D) {
+    case 32: ROWS_K(1, true); break;
+    case 64: ROWS_K(2, true); break;
+    case 128: ROWS_K(4, true); break;
+    case 256: ROWS_K(8, true); break;
+    default: ROWS_K(8, false); break;
+    }
+#undef ROWS_K
 }
 
 /* dq of one query row (block = ((b * T + t) * Hq + h)): dq += sum_{s <= t} ds_s k_s, serial in s. */
@@ -248,14 +388,16 @@ fp4rl_status fp4rl_cuda_attention_backward(fp4rl_context *ctx, float *dq, float 
     return fp4rl_cuda_check_launch(ctx, "attention_backward (dk, dv)");
 }
 
-fp4rl_status fp4rl_cuda_attention_decode(fp4rl_context *ctx, float *out, const float *q, const float *kc, const float *vc, int64_t B,
-                                         int64_t Tmax, int64_t len, int64_t Hq, int64_t Hkv, int64_t D, fp4rl_att_numerics nm)
+fp4rl_status fp4rl_cuda_attention_rows(fp4rl_context *ctx, float *out, const float *q, const void *kc, const void *vc, int kv_bf16,
+                                       const int32_t *seg, int64_t N, int64_t Hq, int64_t Hkv, int64_t D, fp4rl_att_numerics nm)
 {
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
-    if (st) return st;
+    if (st || N <= 0) return st;
+    if (D > 256) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "attention_rows: head dim %lld > 256 is not supported on CUDA", (long long)D);
     const float scale = 1.0f / sqrtf((float)D);
-    attn_decode_k<<<(unsigned)(B * Hq), AT, 2 * D * sizeof(float), s>>>(out, q, kc, vc, Tmax, len, Hq, Hkv, D, scale,
-                                                                       nm == FP4RL_ATT_BF16);
-    return fp4rl_cuda_check_launch(ctx, "attention_decode");
+    const int bf = nm == FP4RL_ATT_BF16;
+    if (kv_bf16) launch_rows<uint16_t>(s, out, q, kc, vc, seg, N, Hq, Hkv, (int)D, scale, bf);
+    else launch_rows<float>(s, out, q, kc, vc, seg, N, Hq, Hkv, (int)D, scale, bf);
+    return fp4rl_cuda_check_launch(ctx, "attention_rows");
 }

@@ -154,12 +154,14 @@ FP4RL_CUDA_OP(adamw_check, float *bad, const float *params, const float *grads, 
 FP4RL_CUDA_OP(grad_norm, float *norm, const float *g, int64_t n);
 FP4RL_CUDA_OP(init_normal, float *dst, int64_t k0, int64_t n, uint64_t seed);
 FP4RL_CUDA_OP(grad_clip, float *g, int64_t n, const float *norm, float max_norm);
-FP4RL_CUDA_OP(kv_write, float *cache, const float *src, int64_t B, int64_t Tmax, int64_t W, int64_t t);
-FP4RL_CUDA_OP(attention_decode, float *out, const float *q, const float *kc, const float *vc, int64_t B, int64_t Tmax,
-              int64_t len, int64_t Hq, int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
+FP4RL_CUDA_OP(kv_store, void *cache, int kv_bf16, const float *src, const int32_t *rows, int64_t N, int64_t W);
+FP4RL_CUDA_OP(attention_rows, float *out, const float *q, const void *kc, const void *vc, int kv_bf16, const int32_t *seg,
+              int64_t N, int64_t Hq, int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
+FP4RL_CUDA_OP(gather_rows, float *dst, const float *src, const int32_t *idx, int64_t N, int64_t W);
 FP4RL_CUDA_OP(resq_mask, float *r, int64_t N, int64_t K, int pattern);
 FP4RL_CUDA_OP(sample_rows, int32_t *tokens, float *logp, const float *logits, int64_t B, int64_t V, float temperature,
-              int64_t top_k, double top_p, uint64_t seed, uint64_t offset, uint64_t row0);
+              int64_t top_k, double top_p, uint64_t seed, uint64_t offset, uint64_t row0, const int32_t *steps,
+              const int32_t *rows);
 FP4RL_CUDA_OP(nucleus_logprobs_forward, float *logp, float *lse, const float *logits, const int32_t *targets, int64_t N,
               int64_t V, int64_t top_k, double top_p);
 FP4RL_CUDA_OP(nucleus_logprobs_backward, float *dlogits, const float *dlogp, const float *logits, const int32_t *targets,

@@ -134,13 +134,19 @@ __global__ void rope_k(float *out, const float *x, const int32_t *positions, int
     }
 }
 
-__global__ void kv_write_k(float *cache, const float *src, int64_t B, int64_t Tmax, int64_t W, int64_t t)
+__global__ void kv_store_k(void *cache, int kv_bf16, const float *src, const int32_t *rows, int64_t N, int64_t W)
 {
-    GRID_STRIDE(i, B * W)
+    GRID_STRIDE(i, N * W)
     {
-        const int64_t b = i / W, w = i - b * W;
-        cache[(b * Tmax + t) * W + w] = src[i];
+        const int64_t n = i / W, w = i % W, dst = (int64_t)rows[n] * W + w;
+        if (kv_bf16) ((uint16_t *)cache)[dst] = fp4rl_f32_to_bf16(src[i]);
+        else ((float *)cache)[dst] = src[i];
     }
+}
+
+__global__ void gather_rows_k(float *dst, const float *src, const int32_t *idx, int64_t N, int64_t W)
+{
+    GRID_STRIDE(i, N * W) dst[i] = src[(int64_t)idx[i / W] * W + i % W];
 }
 
 /* One block: integer counts (exact), added to the float counts once. */
@@ -227,10 +233,14 @@ fp4rl_status fp4rl_cuda_rope_backward(fp4rl_context *ctx, float *dx, const float
 {
     LAUNCH("rope_backward", rope_k, N * H * (D / 2), dx, dout, positions, N, H, D, theta, -1.0f);
 }
-fp4rl_status fp4rl_cuda_kv_write(fp4rl_context *ctx, float *cache, const float *src, int64_t B, int64_t Tmax, int64_t W,
-                                 int64_t t)
+fp4rl_status fp4rl_cuda_kv_store(fp4rl_context *ctx, void *cache, int kv_bf16, const float *src, const int32_t *rows, int64_t N,
+                                 int64_t W)
 {
-    LAUNCH("kv_write", kv_write_k, B * W, cache, src, B, Tmax, W, t);
+    LAUNCH("kv_store", kv_store_k, N * W, cache, kv_bf16, src, rows, N, W);
+}
+fp4rl_status fp4rl_cuda_gather_rows(fp4rl_context *ctx, float *dst, const float *src, const int32_t *idx, int64_t N, int64_t W)
+{
+    LAUNCH("gather_rows", gather_rows_k, N * W, dst, src, idx, N, W);
 }
 fp4rl_status fp4rl_cuda_underflow_count(fp4rl_context *ctx, float *counts, const float *x, const float *xq, int64_t n)
 {

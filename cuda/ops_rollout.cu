@@ -230,7 +230,8 @@ __device__ __forceinline__ bool in_nucleus(const nucleus_t &nu, float lv, float 
 }
 
 __global__ void __launch_bounds__(ST) sample_k(int32_t *tokens, float *logp, const float *logits, int64_t V, float temperature,
-                                               int64_t top_k, double top_p, uint64_t seed, uint64_t offset, uint64_t row0)
+                                               int64_t top_k, double top_p, uint64_t seed, uint64_t offset, uint64_t row0,
+                                               const int32_t *steps, const int32_t *rows)
 {
     __shared__ float shf[ST];
     __shared__ double s_all[ST], s_kept[ST];
@@ -295,7 +296,8 @@ __global__ void __launch_bounds__(ST) sample_k(int32_t *tokens, float *logp, con
             if (s_last[i] >= 0) tlast = s_last[i];
         }
         const double total = nucl ? nu.mass : tkept;
-        const double u = (double)fp4rl_sr_uniform(seed, offset, row0 + (uint64_t)b) * total;
+        const double u = (double)fp4rl_sr_uniform(seed, offset + (uint64_t)(steps ? steps[b] : 0),
+                                                  row0 + (uint64_t)(rows ? rows[b] : b)) * total;
         double acc = 0;
         int64_t pick = -1;
         for (int i = 0; i < ST && pick < 0; i++) {
@@ -430,12 +432,12 @@ fp4rl_status fp4rl_cuda_resq_mask(fp4rl_context *ctx, float *r, int64_t N, int64
 
 fp4rl_status fp4rl_cuda_sample_rows(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B,
                                     int64_t V, float temperature, int64_t top_k, double top_p, uint64_t seed, uint64_t offset,
-                                    uint64_t row0)
+                                    uint64_t row0, const int32_t *steps, const int32_t *rows)
 {
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
-    sample_k<<<(unsigned)B, ST, 0, s>>>(tokens, logp, logits, V, temperature, top_k, top_p, seed, offset, row0);
+    sample_k<<<(unsigned)B, ST, 0, s>>>(tokens, logp, logits, V, temperature, top_k, top_p, seed, offset, row0, steps, rows);
     return fp4rl_cuda_check_launch(ctx, "sample");
 }
 

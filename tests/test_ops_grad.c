@@ -556,11 +556,49 @@ START_TEST(test_attention_bf16)
         for (int64_t i = 0; i < Hq * D; i++) ck_assert_float_eq(dq[((1 * T + t) * Hq) * D + i], 0.0f);
         for (int64_t i = 0; i < Hkv * D; i++) ck_assert_float_eq(dk[((1 * T + t) * Hkv) * D + i], 0.0f);
     }
-    /* the decode op in BF16 numerics gives the training forward's last row bit for bit */
-    float *qd = fbuf(B * Hq * D), *od = fbuf(B * Hq * D);
-    for (int64_t b = 0; b < B; b++) memcpy(qd + b * Hq * D, q + ((b * T + 3) * Hq) * D, Hq * D * sizeof(float));
-    CHECK_OK(ops->attention_decode(NULL, od, qd, k, v, B, T, 4, Hq, Hkv, D, FP4RL_ATT_BF16));
-    for (int64_t b = 0; b < B; b++) ck_assert_mem_eq(od + b * Hq * D, out + ((b * T + 3) * Hq) * D, Hq * D * sizeof(float));
+    /* attention_rows in BF16 numerics gives the training forward's rows bit for bit: every row t
+     * of a sequence against its first t + 1 keys (the prefill), from an FP32 cache (k, v as rows
+     * b * T + s) and from a BF16 one written by kv_store; and split into two segments (a shared
+     * prompt, then the completion's own rows) it gives the same bits */
+    const int64_t rows = B * T, W = Hkv * D;
+    int32_t *seg = calloc((size_t)(4 * rows), sizeof(int32_t)), *seg2 = calloc((size_t)(4 * rows), sizeof(int32_t));
+    int32_t *ids = calloc((size_t)rows, sizeof(int32_t));
+    uint16_t *kb = calloc((size_t)(rows * W), sizeof(uint16_t)), *vb = calloc((size_t)(rows * W), sizeof(uint16_t));
+    float *kf = fbuf(rows * W), *vf = fbuf(rows * W), *od = fbuf(nq);
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t b = r / T, t = r % T, split = t / 2;
+        ids[r] = (int32_t)(rows - 1 - r); /* stored in reverse order: the rows, not the call order, place them */
+        seg[4 * r] = (int32_t)(b * T), seg[4 * r + 1] = (int32_t)(t + 1);
+        seg2[4 * r] = (int32_t)(b * T), seg2[4 * r + 1] = (int32_t)split;
+        seg2[4 * r + 2] = (int32_t)(b * T + split), seg2[4 * r + 3] = (int32_t)(t + 1 - split);
+    }
+    float *krev = fbuf(rows * W), *vrev = fbuf(rows * W);
+    for (int64_t r = 0; r < rows; r++) {
+        memcpy(krev + r * W, k + (rows - 1 - r) * W, (size_t)W * sizeof(float));
+        memcpy(vrev + r * W, v + (rows - 1 - r) * W, (size_t)W * sizeof(float));
+    }
+    CHECK_OK(ops->kv_store(NULL, kf, 0, krev, ids, rows, W));
+    CHECK_OK(ops->kv_store(NULL, vf, 0, vrev, ids, rows, W));
+    ck_assert_mem_eq(kf, k, (size_t)(rows * W) * sizeof(float));
+    CHECK_OK(ops->kv_store(NULL, kb, 1, krev, ids, rows, W));
+    CHECK_OK(ops->kv_store(NULL, vb, 1, vrev, ids, rows, W));
+    for (int64_t i = 0; i < rows * W; i++) ck_assert_uint_eq(kb[i], fp4rl_f32_to_bf16(k[i]));
+    const void *caches[2][2] = {{kf, vf}, {kb, vb}};
+    for (int bf = 0; bf < 2; bf++)
+        for (int split = 0; split < 2; split++) {
+            CHECK_OK(ops->attention_rows(NULL, od, q, caches[bf][0], caches[bf][1], bf, split ? seg2 : seg, rows, Hq, Hkv, D,
+                                         FP4RL_ATT_BF16));
+            for (int64_t r = 0; r < rows; r++) {
+                if (r % T >= len[r / T]) continue; /* padding rows of the training forward are 0 */
+                ck_assert_msg(!memcmp(od + r * Hq * D, out + r * Hq * D, Hq * D * sizeof(float)),
+                              "attention_rows row %lld (bf16 cache %d, split %d) differs from the training forward", (long long)r, bf, split);
+            }
+        }
+    /* in FP32 numerics from an FP32 cache: the FP32 training forward's rows */
+    CHECK_OK(ops->attention_rows(NULL, od, q, kf, vf, 0, seg2, rows, Hq, Hkv, D, FP4RL_ATT_FP32));
+    for (int64_t r = 0; r < rows; r++)
+        if (r % T < len[r / T]) ck_assert_mem_eq(od + r * Hq * D, out32 + r * Hq * D, Hq * D * sizeof(float));
+    free(seg), free(seg2), free(ids), free(kb), free(vb);
 }
 END_TEST
 

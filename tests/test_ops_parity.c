@@ -320,6 +320,55 @@ static void attention_case(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_
     dfree(dq), dfree(dk), dfree(dv), dfree(dout), dfree(dlse), dfree(dlen);
 }
 
+/* attention_rows on N rows of Hkv * D keys: row n reads cache rows seg = (n % 3, n % 5 + 1, 40 + 7 n, len1 + n % 4)
+ * (segment 0 shared between rows, segment 1 its own); kv_store writes the cache (FP32 exactly,
+ * BF16 as the bits of nearest-even), gather_rows picks rows back. */
+static void rows_case(int64_t N, int64_t Hkv, int64_t D, int64_t group, int64_t len1)
+{
+    const int64_t Hq = Hkv * group, W = Hkv * D, rows = 40 + 7 * N + len1 + 4, nq = N * Hq * D;
+    float *src = rnd(rows * W, 1), *q = rnd(nq, 1), *kf = malloc((size_t)(rows * W) * 4), *vf = malloc((size_t)(rows * W) * 4);
+    float *vsrc = rnd(rows * W, 1);
+    int32_t *ids = malloc((size_t)rows * 4), *seg = malloc((size_t)(4 * N) * 4);
+    ck_assert_msg(rows % 37 != 0, "the permutation needs 37 prime to rows");
+    for (int64_t r = 0; r < rows; r++) ids[r] = (int32_t)((r * 37) % rows); /* a permutation of the rows */
+    for (int64_t n = 0; n < N; n++) {
+        seg[4 * n] = (int32_t)(n % 3), seg[4 * n + 1] = (int32_t)(n % 5 + 1);
+        seg[4 * n + 2] = (int32_t)(40 + 7 * n), seg[4 * n + 3] = (int32_t)(len1 + n % 4);
+    }
+    float *dsrc = upf(src, rows * W), *dvsrc = upf(vsrc, rows * W), *dq = upf(q, nq), *dout = upf(q, nq);
+    int32_t *dids = upi(ids, rows), *dseg = upi(seg, 4 * N);
+    void *dk = NULL, *dv = NULL;
+    ck_assert_int_eq(gpu->be->alloc(gpu, &dk, (size_t)(rows * W) * 4), FP4RL_OK);
+    ck_assert_int_eq(gpu->be->alloc(gpu, &dv, (size_t)(rows * W) * 4), FP4RL_OK);
+    float *out = malloc((size_t)nq * 4), *out32 = malloc((size_t)nq * 4);
+    for (int kvb = 0; kvb < 2; kvb++) {
+        C->kv_store(cpu, kf, kvb, src, ids, rows, W);
+        C->kv_store(cpu, vf, kvb, vsrc, ids, rows, W);
+        OKG(G->kv_store(gpu, dk, kvb, dsrc, dids, rows, W));
+        OKG(G->kv_store(gpu, dv, kvb, dvsrc, dids, rows, W));
+        void *hk = down(dk, (size_t)(rows * W) * (kvb ? 2 : 4));
+        ck_assert_msg(!memcmp(hk, kf, (size_t)(rows * W) * (kvb ? 2 : 4)), "kv_store (bf16 %d) differs from the CPU", kvb);
+        free(hk);
+        for (int nm = kvb; nm <= FP4RL_ATT_BF16; nm++) { /* a BF16 cache serves BF16 numerics only */
+            C->attention_rows(cpu, out, q, kf, vf, kvb, seg, N, Hq, Hkv, D, (fp4rl_att_numerics)nm);
+            C->attention_rows(cpu, out32, q, kf, vf, kvb, seg, N, Hq, Hkv, D, FP4RL_ATT_FP32);
+            const double tol = nm ? host_gap(out, out32, nq) / 10 : 1e-5;
+            OKG(G->attention_rows(gpu, dout, dq, dk, dv, kvb, dseg, N, Hq, Hkv, D, (fp4rl_att_numerics)nm));
+            char what[64];
+            snprintf(what, sizeof what, "attention_rows D%lld g%lld %s%s", (long long)D, (long long)group, nm ? "BF16" : "FP32",
+                     kvb ? " bf16 cache" : "");
+            cmp(what, dout, out, nq, tol > 1e-5 ? tol : 1e-5);
+        }
+    }
+    /* gather_rows: rows of the source picked back in the permuted order */
+    float *g = malloc((size_t)(rows * W) * 4), *dg = upf(src, rows * W);
+    C->gather_rows(cpu, g, src, ids, rows, W);
+    OKG(G->gather_rows(gpu, dg, dsrc, dids, rows, W));
+    cmp("gather_rows", dg, g, rows * W, 0);
+    free(src), free(vsrc), free(q), free(kf), free(vf), free(ids), free(seg), free(out), free(out32), free(g);
+    dfree(dsrc), dfree(dvsrc), dfree(dq), dfree(dout), dfree(dids), dfree(dseg), dfree(dk), dfree(dv), dfree(dg);
+}
+
 START_TEST(test_attention)
 {
     const int64_t B = 2, Hq = 4, Hkv = 2, D = 16;
@@ -334,21 +383,14 @@ START_TEST(test_attention)
         attention_case(1, 30, 4, 2, 12, len4, (fp4rl_att_numerics)nm); /* BF16: the per-row kernels */
     }
     attention_case(3, 384, 12, 2, 128, len5, FP4RL_ATT_BF16); /* Qwen2.5-1.5B's heads at an RL length */
-    /* decode against a cache, and the cache writes */
-    const int64_t Tm = 10, W = Hkv * D, nc = B * Tm * W;
-    float *kc = rnd(nc, 1), *vc = rnd(nc, 1), *src = rnd(B * W, 1);
-    float *dkc = upf(kc, nc), *dvc = upf(vc, nc), *dsrc = upf(src, B * W);
-    C->kv_write(cpu, kc, src, B, Tm, W, 6);
-    OKG(G->kv_write(gpu, dkc, dsrc, B, Tm, W, 6));
-    cmp("kv_write", dkc, kc, nc, 0);
-    float *qd = rnd(B * Hq * D, 1), *od = malloc(B * Hq * D * 4), *dqd = upf(qd, B * Hq * D), *dod = upf(qd, B * Hq * D);
-    for (int nm = FP4RL_ATT_FP32; nm <= FP4RL_ATT_BF16; nm++) {
-        C->attention_decode(cpu, od, qd, kc, vc, B, Tm, 7, Hq, Hkv, D, (fp4rl_att_numerics)nm);
-        OKG(G->attention_decode(gpu, dod, dqd, dkc, dvc, B, Tm, 7, Hq, Hkv, D, (fp4rl_att_numerics)nm));
-        cmp(nm ? "attention_decode (BF16)" : "attention_decode", dod, od, B * Hq * D, 1e-5);
-    }
-    free(kc), free(vc), free(src), free(qd), free(od);
-    dfree(dkc), dfree(dvc), dfree(dsrc), dfree(dqd), dfree(dod);
+    /* the rollout's attention against a cache: every head dim path (contiguous lanes at 32 / 64 /
+     * 128, strided otherwise), GQA groups of 7 and of 12 (two blocks of heads), FP32 and BF16
+     * caches, keys in two segments */
+    rows_case(5, 2, 64, 7, 11);  /* Qwen2.5-0.5B's heads */
+    rows_case(4, 1, 128, 12, 40); /* more heads than a block */
+    rows_case(3, 2, 24, 2, 9);
+    rows_case(3, 2, 32, 1, 300);
+    rows_case(2, 2, 16, 3, 2);
 }
 END_TEST
 
@@ -415,8 +457,8 @@ START_TEST(test_rollout_ops)
         for (uint64_t off = 0; off < 4; off++) {
             int32_t tc[6] = {0}, *tg, *dtok = upi(tc, B);
             float lc[6] = {0}, *dlp = upf(lc, B);
-            OKG(C->sample_rows(cpu, tc, lc, l, B, V, 0.7f, ks[i], 1.0, 1234, off, 0));
-            OKG(G->sample_rows(gpu, dtok, dlp, dl, B, V, 0.7f, ks[i], 1.0, 1234, off, 0));
+            OKG(C->sample_rows(cpu, tc, lc, l, B, V, 0.7f, ks[i], 1.0, 1234, off, 0, NULL, NULL));
+            OKG(G->sample_rows(gpu, dtok, dlp, dl, B, V, 0.7f, ks[i], 1.0, 1234, off, 0, NULL, NULL));
             tg = down(dtok, sizeof tc);
             for (int b = 0; b < B; b++) ck_assert_msg(tg[b] == tc[b], "sample top_k %lld row %d: gpu %d cpu %d", (long long)ks[i], b, tg[b], tc[b]);
             cmp("sample logp", dlp, lc, B, 1e-5);
@@ -449,8 +491,8 @@ START_TEST(test_top_p_ops)
                 for (uint64_t off = 0; off < 3; off++) {
                     int32_t tc[6] = {0}, *tg, *dtok = upi(tc, B);
                     float lc[6] = {0}, *dlp = upf(lc, B);
-                    OKG(C->sample_rows(cpu, tc, lc, l, B, V, 0.7f, ks[i], ps[ip], 1234, off, 0));
-                    OKG(G->sample_rows(gpu, dtok, dlp, dl, B, V, 0.7f, ks[i], ps[ip], 1234, off, 0));
+                    OKG(C->sample_rows(cpu, tc, lc, l, B, V, 0.7f, ks[i], ps[ip], 1234, off, 0, NULL, NULL));
+                    OKG(G->sample_rows(gpu, dtok, dlp, dl, B, V, 0.7f, ks[i], ps[ip], 1234, off, 0, NULL, NULL));
                     tg = down(dtok, sizeof tc);
                     for (int b = 0; b < B; b++)
                         ck_assert_msg(tg[b] == tc[b], "sample V %lld top_p %g top_k %lld row %d: gpu %d cpu %d", (long long)V, ps[ip],
@@ -463,7 +505,7 @@ START_TEST(test_top_p_ops)
          * the nucleus, one ignored */
         int32_t tgt[6];
         float lpc[6];
-        OKG(C->sample_rows(cpu, tgt, lpc, l, B, V, 1.0f, 0, 0.5, 99, 0, 0));
+        OKG(C->sample_rows(cpu, tgt, lpc, l, B, V, 1.0f, 0, 0.5, 99, 0, 0, NULL, NULL));
         for (int64_t v = 0, lo = 0; v < V; v++)
             if (l[5 * V + v] < l[5 * V + lo]) tgt[5] = (int32_t)(lo = v); /* row 5: its least likely token */
         tgt[4] = -1;

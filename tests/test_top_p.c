@@ -75,7 +75,7 @@ static void draw_counts(const float *row, int V, float temperature, int top_k, d
     for (int r = 0; r < R; r++) memcpy(l + (size_t)r * (size_t)V, row, (size_t)V * sizeof(float));
     memset(counts, 0, (size_t)V * sizeof *counts);
     for (int s = 0; s < steps; s++) {
-        ck_assert_int_eq(ops->sample_rows(NULL, tok, lp, l, R, V, temperature, top_k, top_p, 777, (uint64_t)s, 0), FP4RL_OK);
+        ck_assert_int_eq(ops->sample_rows(NULL, tok, lp, l, R, V, temperature, top_k, top_p, 777, (uint64_t)s, 0, NULL, NULL), FP4RL_OK);
         for (int r = 0; r < R; r++) {
             ck_assert_msg(tok[r] >= 0 && tok[r] < V, "token %d", tok[r]);
             counts[tok[r]]++;
@@ -156,7 +156,7 @@ START_TEST(test_nucleus_ties_and_edges)
     float lp[4], l4[4 * V];
     for (int r = 0; r < 4; r++) memcpy(l4 + r * V, r2, sizeof r2);
     for (uint64_t s = 0; s < 50; s++) {
-        ck_assert_int_eq(ops->sample_rows(NULL, tok, lp, l4, 4, V, 1.0f, 0, 1e-9, 3, s, 0), FP4RL_OK);
+        ck_assert_int_eq(ops->sample_rows(NULL, tok, lp, l4, 4, V, 1.0f, 0, 1e-9, 3, s, 0, NULL, NULL), FP4RL_OK);
         for (int r = 0; r < 4; r++) {
             ck_assert_int_eq(tok[r], 1);
             ck_assert_float_eq(lp[r], 0.0f);
@@ -181,8 +181,8 @@ START_TEST(test_top_p_one_is_today)
         for (uint64_t off = 0; off < 6; off++) {
             int32_t t1[B], t0[B];
             float lp1[B], lp0[B];
-            ck_assert_int_eq(ops->sample_rows(NULL, t1, lp1, l, B, V, 0.7f, ks[ik], 1.0, 42, off, 3), FP4RL_OK);
-            ck_assert_int_eq(ops->sample_rows(NULL, t0, lp0, l, B, V, 0.7f, ks[ik], 0.0, 42, off, 3), FP4RL_OK);
+            ck_assert_int_eq(ops->sample_rows(NULL, t1, lp1, l, B, V, 0.7f, ks[ik], 1.0, 42, off, 3, NULL, NULL), FP4RL_OK);
+            ck_assert_int_eq(ops->sample_rows(NULL, t0, lp0, l, B, V, 0.7f, ks[ik], 0.0, 42, off, 3, NULL, NULL), FP4RL_OK);
             for (int b = 0; b < B; b++) {
                 const float *r = l + b * V;
                 float mx = -INFINITY, sorted[V], th = -INFINITY;
@@ -229,8 +229,8 @@ START_TEST(test_top_p_batch_independent)
     int32_t all[B], part[7];
     float lpa[B], lpp[7];
     for (uint64_t off = 0; off < 8; off++) {
-        ck_assert_int_eq(ops->sample_rows(NULL, all, lpa, l, B, V, 1.3f, 9, 0.7, 5, off, 0), FP4RL_OK);
-        ck_assert_int_eq(ops->sample_rows(NULL, part, lpp, l + 5 * V, 7, V, 1.3f, 9, 0.7, 5, off, 5), FP4RL_OK);
+        ck_assert_int_eq(ops->sample_rows(NULL, all, lpa, l, B, V, 1.3f, 9, 0.7, 5, off, 0, NULL, NULL), FP4RL_OK);
+        ck_assert_int_eq(ops->sample_rows(NULL, part, lpp, l + 5 * V, 7, V, 1.3f, 9, 0.7, 5, off, 5, NULL, NULL), FP4RL_OK);
         for (int b = 0; b < 7; b++) {
             ck_assert_int_eq(part[b], all[5 + b]);
             ck_assert_msg(memcmp(&lpp[b], &lpa[5 + b], 4) == 0, "row %d", b);
@@ -250,7 +250,7 @@ START_TEST(test_nucleus_logprobs_grad)
     const double top_p = 0.7;
     int32_t tgt[N], drawn[N];
     float lps[N];
-    ck_assert_int_eq(ops->sample_rows(NULL, drawn, lps, z, N, V, 1.0f, 0, top_p, 11, 0, 0), FP4RL_OK);
+    ck_assert_int_eq(ops->sample_rows(NULL, drawn, lps, z, N, V, 1.0f, 0, top_p, 11, 0, 0, NULL, NULL), FP4RL_OK);
     memcpy(tgt, drawn, sizeof tgt);
     /* row 3: its least likely token, outside the nucleus */
     int in[V];

@@ -168,16 +168,25 @@ typedef struct fp4rl_ops {
      * the model's buffer), the same bits on every backend. */
     fp4rl_status (*init_normal)(fp4rl_context *ctx, float *dst, int64_t k0, int64_t n, uint64_t seed);
 
-    /* ---- rollout (decode with a KV cache) -------------------------------------------------
-     * cache [B, Tmax, W]: cache[b, t, :] = src[b, :] for the decode step at position t. */
-    fp4rl_status (*kv_write)(fp4rl_context *ctx, float *cache, const float *src, int64_t B, int64_t Tmax, int64_t W,
-                             int64_t t);
-    /* One query per sequence against its cached keys 0..len-1 (the current one included):
-     * q, out [B, Hq, D]; kc, vc [B, Tmax, Hkv, D]; scale 1/sqrt(D), GQA and numerics as above, so a
-     * decode step gives the training forward's row (the same nm on both sides). */
-    fp4rl_status (*attention_decode)(fp4rl_context *ctx, float *out, const float *q, const float *kc, const float *vc,
-                                     int64_t B, int64_t Tmax, int64_t len, int64_t Hq, int64_t Hkv, int64_t D,
-                                     fp4rl_att_numerics nm);
+    /* ---- rollout (prefill and decode with a KV cache) ----------------------------------------
+     * A layer's cache is rows of W = Hkv * D values, FP32 or, with kv_bf16, BF16 bit patterns: the
+     * rollout's BF16 attention numerics round k and v to BF16 before use, so a cache rounded when
+     * written gives the same attention at half the bytes.
+     * kv_store: cache row rows[n] = src row n (src [N, W]; rounded to nearest-even BF16 with kv_bf16). */
+    fp4rl_status (*kv_store)(fp4rl_context *ctx, void *cache, int kv_bf16, const float *src, const int32_t *rows,
+                             int64_t N, int64_t W);
+    /* Query row n against its own keys, q, out [N, Hq, D]: the keys (and values) of row n are cache
+     * rows seg[4n] .. seg[4n] + seg[4n+1] - 1 followed by seg[4n+2] .. seg[4n+2] + seg[4n+3] - 1
+     * (a prompt shared by a group of completions, then the completion's own tokens; either part may
+     * be empty, not both), in that order; kc, vc [rows, Hkv, D] as kv_store wrote them. Scale
+     * 1/sqrt(D), GQA and the numerics nm as in attention_forward, so a row gives the training
+     * forward's row for the same keys: the rollout's prefill (row t of a prompt: its first t + 1
+     * keys) and its decode steps use this one op. */
+    fp4rl_status (*attention_rows)(fp4rl_context *ctx, float *out, const float *q, const void *kc, const void *vc,
+                                   int kv_bf16, const int32_t *seg, int64_t N, int64_t Hq, int64_t Hkv, int64_t D,
+                                   fp4rl_att_numerics nm);
+    /* dst row n = src row idx[n] (rows of W floats, a copy bit for bit). */
+    fp4rl_status (*gather_rows)(fp4rl_context *ctx, float *dst, const float *src, const int32_t *idx, int64_t N, int64_t W);
     /* Rollout-ResQ sparsity on the quantized residual r [N, K], in place (recipes.md section 2):
      * FP4RL_RESQ_DENSE keeps all; _2_4 keeps the 2 largest magnitudes of every 4 consecutive
      * elements of a row (ties: lower index; a tail shorter than 4 keeps its 2 largest);
@@ -191,9 +200,11 @@ typedef struct fp4rl_ops {
     fp4rl_status (*scale)(fp4rl_context *ctx, float *x, int64_t n, float alpha);
     /* Samples one token per row of logits [B, V] from softmax(logits / temperature), restricted to
      * the top_k largest logits when 0 < top_k < V (ties at the k-th value are kept), by inverse CDF
-     * in vocabulary order with the uniform u = fp4rl_sr_uniform(seed, offset, row0 + b): the rows
-     * are numbered from row0, so a data-parallel rank sampling rows [row0, row0 + B) of a global
-     * batch draws what one process sampling the whole batch draws. Writes the token and its
+     * in vocabulary order with the uniform u = fp4rl_sr_uniform(seed, offset + steps[b],
+     * row0 + rows[b]) (steps, rows: optional [B] arrays, NULL reads 0 and b): the rows are numbered
+     * from row0, so a data-parallel rank sampling rows [row0, row0 + B) of a global batch draws
+     * what one process sampling the whole batch draws, and the rollout numbers a draw by its
+     * sequence and position, so which rows share a call never changes a token. Writes the token and its
      * log-probability under the full softmax(logits / temperature) (not renormalised to the top
      * k): the probability the trainer's numerics are compared against. temperature > 0.
      * Top-p, when 0 < top_p < 1 (else off, and everything above holds bit for bit): with
@@ -211,7 +222,7 @@ typedef struct fp4rl_ops {
      * within double rounding of a comparison. */
     fp4rl_status (*sample_rows)(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B,
                                 int64_t V, float temperature, int64_t top_k, double top_p, uint64_t seed,
-                                uint64_t offset, uint64_t row0);
+                                uint64_t offset, uint64_t row0, const int32_t *steps, const int32_t *rows);
     /* The trainer's side of top-p (0 < top_p < 1): the log-prob of each target under the nucleus of
      * its own row, for logits z [N, V] already divided by the temperature. Per row n with a target
      * t (targets[n] in [0, V); else logp[n] = lse[n] = 0): C = the top_k largest z (ties at the

@@ -69,15 +69,18 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_grad_norm(fp4rl_context *ctx, float *norm, c
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_grad_clip(fp4rl_context *ctx, float *g, int64_t n, const float *norm,
                                               float max_norm);
 
-FP4RL_HIDDEN fp4rl_status fp4rl_cpu_kv_write(fp4rl_context *ctx, float *cache, const float *src, int64_t B, int64_t Tmax,
-                                             int64_t W, int64_t t);
-FP4RL_HIDDEN fp4rl_status fp4rl_cpu_attention_decode(fp4rl_context *ctx, float *out, const float *q, const float *kc,
-                                                     const float *vc, int64_t B, int64_t Tmax, int64_t len, int64_t Hq,
-                                                     int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_kv_store(fp4rl_context *ctx, void *cache, int kv_bf16, const float *src,
+                                             const int32_t *rows, int64_t N, int64_t W);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_attention_rows(fp4rl_context *ctx, float *out, const float *q, const void *kc,
+                                                   const void *vc, int kv_bf16, const int32_t *seg, int64_t N, int64_t Hq,
+                                                   int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_gather_rows(fp4rl_context *ctx, float *dst, const float *src, const int32_t *idx,
+                                                int64_t N, int64_t W);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_resq_mask(fp4rl_context *ctx, float *r, int64_t N, int64_t K, int pattern);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_sample_rows(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits,
                                                 int64_t B, int64_t V, float temperature, int64_t top_k, double top_p,
-                                                uint64_t seed, uint64_t offset, uint64_t row0);
+                                                uint64_t seed, uint64_t offset, uint64_t row0, const int32_t *steps,
+                                                const int32_t *rows);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_nucleus_logprobs_forward(fp4rl_context *ctx, float *logp, float *lse,
                                                              const float *logits, const int32_t *targets, int64_t N,
                                                              int64_t V, int64_t top_k, double top_p);

@@ -10,26 +10,73 @@
 #include "cpu/ops_cpu.h"
 #include "format/qdq_block.h"
 
-fp4rl_status fp4rl_cpu_kv_write(fp4rl_context *ctx, float *cache, const float *src, int64_t B, int64_t Tmax, int64_t W,
-                                int64_t t)
+fp4rl_status fp4rl_cpu_kv_store(fp4rl_context *ctx, void *cache, int kv_bf16, const float *src, const int32_t *rows,
+                                int64_t N, int64_t W)
 {
     (void)ctx;
-    for (int64_t b = 0; b < B; b++) memcpy(cache + (b * Tmax + t) * W, src + b * W, (size_t)W * sizeof(float));
+    for (int64_t n = 0; n < N; n++) {
+        const float *s = src + n * W;
+        if (kv_bf16) {
+            uint16_t *d = (uint16_t *)cache + (int64_t)rows[n] * W;
+            for (int64_t w = 0; w < W; w++) d[w] = fp4rl_f32_to_bf16(s[w]);
+        } else {
+            memcpy((float *)cache + (int64_t)rows[n] * W, s, (size_t)W * sizeof(float));
+        }
+    }
     return FP4RL_OK;
 }
 
-fp4rl_status fp4rl_cpu_attention_decode(fp4rl_context *ctx, float *out, const float *q, const float *kc, const float *vc,
-                                        int64_t B, int64_t Tmax, int64_t len, int64_t Hq, int64_t Hkv, int64_t D,
-                                        fp4rl_att_numerics nm)
+/* Key or value row r, head kh of a cache, widened to FP32 into dst [D]. */
+static void cache_row(float *dst, const void *c, int kv_bf16, int64_t r, int64_t W, int64_t kh, int64_t D)
+{
+    if (kv_bf16) {
+        const uint16_t *s = (const uint16_t *)c + r * W + kh * D;
+        for (int64_t d = 0; d < D; d++) dst[d] = fp4rl_bf16_to_f32(s[d]);
+    } else {
+        memcpy(dst, (const float *)c + r * W + kh * D, (size_t)D * sizeof(float));
+    }
+}
+
+/* Each row's keys are gathered into contiguous FP32 rows, then every query head of the kv head
+ * runs fp4rl_cpu_attend_row, the training attention's own row function: the same numerics. */
+fp4rl_status fp4rl_cpu_attention_rows(fp4rl_context *ctx, float *out, const float *q, const void *kc, const void *vc,
+                                      int kv_bf16, const int32_t *seg, int64_t N, int64_t Hq, int64_t Hkv, int64_t D,
+                                      fp4rl_att_numerics nm)
 {
     (void)ctx;
-    const int64_t group = Hq / Hkv;
+    const int64_t group = Hq / Hkv, W = Hkv * D;
     const float scale = 1.0f / sqrtf((float)D);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < Hq; h++) {
-            const int64_t kv0 = (b * Tmax * Hkv + h / group) * D;
-            fp4rl_cpu_attend_row(out + (b * Hq + h) * D, q + (b * Hq + h) * D, kc + kv0, vc + kv0, Hkv * D, len, D, scale, nm);
+    int64_t most = 0;
+    for (int64_t n = 0; n < N; n++)
+        if ((int64_t)seg[4 * n + 1] + seg[4 * n + 3] > most) most = (int64_t)seg[4 * n + 1] + seg[4 * n + 3];
+    float *kb = malloc((size_t)(most * D + 1) * sizeof(float)), *vb = malloc((size_t)(most * D + 1) * sizeof(float));
+    if (!kb || !vb) {
+        free(kb), free(vb);
+        return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "attention_rows: out of memory");
+    }
+    for (int64_t n = 0; n < N; n++) {
+        const int32_t *sg = seg + 4 * n;
+        const int64_t nk = (int64_t)sg[1] + sg[3];
+        for (int64_t kh = 0; kh < Hkv; kh++) {
+            for (int64_t s = 0; s < nk; s++) {
+                const int64_t r = s < sg[1] ? sg[0] + s : sg[2] + (s - sg[1]);
+                cache_row(kb + s * D, kc, kv_bf16, r, W, kh, D);
+                cache_row(vb + s * D, vc, kv_bf16, r, W, kh, D);
+            }
+            for (int64_t h = kh * group; h < (kh + 1) * group; h++)
+                fp4rl_cpu_attend_row(out + (n * Hq + h) * D, q + (n * Hq + h) * D, kb, vb, D, nk, D, scale, nm);
         }
+    }
+    free(kb);
+    free(vb);
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_cpu_gather_rows(fp4rl_context *ctx, float *dst, const float *src, const int32_t *idx, int64_t N,
+                                   int64_t W)
+{
+    (void)ctx;
+    for (int64_t n = 0; n < N; n++) memcpy(dst + n * W, src + (int64_t)idx[n] * W, (size_t)W * sizeof(float));
     return FP4RL_OK;
 }
 
@@ -184,7 +231,7 @@ static float kth_largest(const float *z, int64_t V, int64_t k, const uint32_t *k
 /* ---- sampling ---- */
 fp4rl_status fp4rl_cpu_sample_rows(fp4rl_context *ctx, int32_t *tokens, float *logp, const float *logits, int64_t B,
                                    int64_t V, float temperature, int64_t top_k, double top_p, uint64_t seed, uint64_t offset,
-                                   uint64_t row0)
+                                   uint64_t row0, const int32_t *steps, const int32_t *rows)
 {
     (void)ctx;
     const int nucl = fp4rl_nucleus_on(top_p);
@@ -219,7 +266,8 @@ fp4rl_status fp4rl_cpu_sample_rows(fp4rl_context *ctx, int32_t *tokens, float *l
             }
             thresh = kth[top_k - 1];
         }
-        const double u0 = (double)fp4rl_sr_uniform(seed, offset, row0 + (uint64_t)b);
+        const double u0 = (double)fp4rl_sr_uniform(seed, offset + (uint64_t)(steps ? steps[b] : 0),
+                                                   row0 + (uint64_t)(rows ? rows[b] : b));
         if (nucl) { /* top-p: the inverse CDF over the nucleus, renormalised */
             const double kept = nucleus_prepare(l, V, temperature, thresh, mx, key, e);
             const nucleus nu = nucleus_find(l, V, thresh, mx, kept, top_p, key, e);

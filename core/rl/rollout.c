@@ -1,11 +1,26 @@
 /*
  * rollout.c - the rollout engine (recipes.md section 3, steps 1-2).
  *
- * All sequences advance in lockstep, one position per decode step: a sequence still inside its
- * prompt is fed its next prompt token (its prompt is "prefilled" through the same decode path),
- * the others are fed the token they sampled. One path for prompts of any length, and the KV
- * cache is written at the same position for every row.
+ * 1. Sync: the rollout copy of every weight, from the FP32 master weights.
+ * 2. Prefill: every distinct prompt once, all its tokens in one forward (chunks of whole prompts),
+ *    writing the KV cache's prompt rows, which the prompt's group of completions then shares; the
+ *    first token of each completion is sampled from the prompt's last row.
+ * 3. Decode: one forward per step over the sequences still running only (a finished one leaves
+ *    the batch), each at its own position, reading its prompt's rows and its own completion rows.
+ *
+ * The draw of a token is numbered by (sampling offset + position, global sequence index), never
+ * by the batch row, and every op of a step is row-local when the activations' quantization is
+ * (row_local below), so which rows share a forward changes no token and no log-prob: the result
+ * is that of feeding every sequence one token per step in lockstep. When the activations'
+ * numerics couple rows (a tensor scale, 2D tiles, stochastic rounding indexed by batch position,
+ * ResQ masks ranked over the batch) the batch defines the numerics, and the engine runs exactly
+ * that lockstep schedule instead: all sequences every step, prompts fed token by token.
+ *
+ * The KV cache is BF16 when the rollout's attention numerics are (they round k and v to BF16
+ * anyway), FP32 otherwise, and holds the rows actually needed: each prompt once plus
+ * max_new - 1 rows per completion (lockstep: max prompt + max_new per sequence).
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,6 +144,7 @@ void fp4rl_rollout_result_free(fp4rl_rollout_result *res)
 enum { R_Q, R_K, R_V, R_O, R_GATE, R_UP, R_DOWN, R_COUNT };
 static const int weight_of[R_COUNT] = {FP4RL_LP_Q_W, FP4RL_LP_K_W, FP4RL_LP_V_W, FP4RL_LP_O_W,
                                        FP4RL_LP_GATE_W, FP4RL_LP_UP_W, FP4RL_LP_DOWN_W};
+enum { PREFILL_ROWS = 8192, PREFILL_SEQS = 1024 }; /* a prefill forward's rows and sampled sequences at most */
 
 static int is_stop(const fp4rl_rollout_cfg *cfg, int32_t tok)
 {
@@ -137,222 +153,423 @@ static int is_stop(const fp4rl_rollout_cfg *cfg, int32_t tok)
     return 0;
 }
 
-fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, const int32_t *prompts,
-                               const size_t *offsets, size_t n_prompts, fp4rl_rollout_result *res)
+/* Whether a linear's activation operand is a function of its own row alone: FP32 / BF16, or a
+ * quantized format in 1D blocks with round-to-nearest and no tensor scale, with ResQ off, dense
+ * or 2:4 (the channel and block patterns rank over the batch). */
+static int row_local(fp4rl_model *m, const fp4rl_linear_spec *s, int resq)
+{
+    const fp4rl_role X = FP4RL_ROLE_ACTIVATION;
+    if (s->mode[X] != FP4RL_NUM_FP4) return 1;
+    fp4rl_qparams p;
+    if (s->tile[X] != 0 || fp4rl_format_of(s->fmt[X]).tensor_scale) return 0;
+    if (fp4rl_policy_resolve(m->policy, s->fmt[X], X, m->ctx, &p, "rollout") || p.stochastic) return 0;
+    return resq == FP4RL_RESQ_OFF || resq == FP4RL_RESQ_DENSE || resq == FP4RL_RESQ_2_4;
+}
+
+/* Whether this model's rollout runs the lockstep schedule (tests may ask for it). */
+static int lockstep_schedule(fp4rl_model *m)
+{
+    const int resq = (int)fp4rl_policy_value(m->policy, FP4RL_QP_RESQ);
+    const fp4rl_linear_spec qk = fp4rl_block_linear_spec(m, 1, 1), blk = fp4rl_block_linear_spec(m, 0, 1);
+    const fp4rl_linear_spec hd = fp4rl_head_linear_spec(m, 1);
+    return m->rollout_lockstep || !row_local(m, &qk, resq) || !row_local(m, &blk, resq) || !row_local(m, &hd, 0);
+}
+
+/* What every forward of one rollout shares: the rollout weights, plans and KV cache. */
+typedef struct engine {
+    fp4rl_model *m;
+    fp4rl_linear_spec s_qk, s_blk, s_head;
+    fast_plan f_qk, f_blk, f_head;
+    int resq, share_qkv, kv_bf16;
+    fp4rl_att_numerics att_nm;
+    float **wq, *whead;
+    uint16_t **wb, *whead_b;
+    unsigned long long *counts64; /* fused path's underflow counts [L, R_COUNT, 2] */
+    float *counts;                /* generic path's */
+    void **kc, **vc;              /* [L] caches of rows x Hkv * D */
+    fp4rl_arena keep;
+} engine;
+
+/* Step 1: the rollout copy of every weight, the counters and the caches (kv_rows rows a layer). */
+static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t kv_rows)
 {
     fp4rl_context *ctx = m->ctx;
-    const fp4rl_ops *ops = m->ops;
     const fp4rl_hf_config *c = &m->cfg;
-    const int64_t B = (int64_t)n_prompts * cfg->group, G = cfg->group, C = c->hidden_size, I = c->intermediate_size;
-    const int64_t V = c->vocab_size, L = c->num_hidden_layers, Hq = c->num_attention_heads, Hkv = c->num_key_value_heads;
-    const int64_t D = c->head_dim, QD = Hq * D, KD = Hkv * D;
-    const float eps = (float)c->rms_norm_eps, theta = (float)c->rope_theta;
-    const int resq = (int)fp4rl_policy_value(m->policy, FP4RL_QP_RESQ);
-    int64_t max_plen = 0;
-    for (size_t p = 0; p < n_prompts; p++)
-        if ((int64_t)(offsets[p + 1] - offsets[p]) > max_plen) max_plen = (int64_t)(offsets[p + 1] - offsets[p]);
-    const int64_t Tmax = max_plen + cfg->max_new;
-
-    memset(res, 0, sizeof *res);
-    res->n_seqs = B;
-    res->max_new = cfg->max_new;
-    res->tokens = calloc((size_t)(B * cfg->max_new), sizeof(int32_t));
-    res->logprobs = calloc((size_t)(B * cfg->max_new), sizeof(float));
-    res->lengths = calloc((size_t)B, sizeof(int64_t));
-    res->stopped = calloc((size_t)B, sizeof(int));
-    int32_t *cur = malloc((size_t)B * sizeof(int32_t)), *pos = malloc((size_t)B * sizeof(int32_t));
-    int32_t *sampled = malloc((size_t)B * sizeof(int32_t));
-    float *slogp = malloc((size_t)B * sizeof(float)), *hcounts = calloc((size_t)(L * R_COUNT * 2), sizeof(float));
-    int *done = calloc((size_t)B, sizeof(int));
-    fp4rl_arena keep = {.ctx = ctx}, step = {.ctx = ctx};
+    const int64_t L = c->num_hidden_layers, V = c->vocab_size, C = c->hidden_size;
+    const int64_t KD = c->num_key_value_heads * c->head_dim;
+    memset(e, 0, sizeof *e);
+    e->m = m;
+    e->keep.ctx = ctx;
+    e->resq = (int)fp4rl_policy_value(m->policy, FP4RL_QP_RESQ);
+    e->s_qk = fp4rl_block_linear_spec(m, 1, 1);
+    e->s_blk = fp4rl_block_linear_spec(m, 0, 1);
+    e->s_head = fp4rl_head_linear_spec(m, 1);
+    e->att_nm = fp4rl_attention_numerics(m, 1);
+    e->kv_bf16 = e->att_nm == FP4RL_ATT_BF16;
+    e->f_qk = plan_fast(m, &e->s_qk, e->resq);
+    e->f_blk = plan_fast(m, &e->s_blk, e->resq);
+    e->f_head = plan_fast(m, &e->s_head, 0);
+    e->share_qkv = same_plan(&e->f_qk, &e->f_blk);
+    e->wq = calloc((size_t)(L * R_COUNT + 1), sizeof(float *));
+    e->wb = calloc((size_t)(L * R_COUNT + 1), sizeof(uint16_t *));
+    e->kc = calloc((size_t)L, sizeof(void *));
+    e->vc = calloc((size_t)L, sizeof(void *));
+    if (!e->wq || !e->wb || !e->kc || !e->vc) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
+    fp4rl_arena *keep = &e->keep;
     fp4rl_status st = FP4RL_OK;
-    if (!res->tokens || !res->logprobs || !res->lengths || !res->stopped || !cur || !pos || !sampled || !slogp ||
-        !hcounts || !done) {
-        st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
-        goto out;
-    }
-
-    /* 1. sync: the rollout copy of every weight, from the FP32 master weights */
-    fp4rl_linear_spec s_qk = fp4rl_block_linear_spec(m, 1, 1), s_blk = fp4rl_block_linear_spec(m, 0, 1);
-    const fp4rl_att_numerics att_nm = fp4rl_attention_numerics(m, 1);
-    fp4rl_linear_spec s_head = fp4rl_head_linear_spec(m, 1);
-    const fast_plan f_qk = plan_fast(m, &s_qk, resq), f_blk = plan_fast(m, &s_blk, resq), f_head = plan_fast(m, &s_head, 0);
-    float **wq = calloc((size_t)(L * R_COUNT + 1), sizeof(float *));
-    uint16_t **wb = calloc((size_t)(L * R_COUNT + 1), sizeof(uint16_t *));
-    if (!wq || !wb) {
-        free(wq);
-        free(wb);
-        st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
-        goto out;
-    }
     for (int64_t l = 0; l < L && !st; l++)
         for (int r = 0; r < R_COUNT && !st; r++) {
             const fp4rl_param *p = &m->params[fp4rl_model_lp((int)l, weight_of[r])];
-            const fp4rl_linear_spec *s = r <= R_K ? &s_qk : &s_blk;
-            const fast_plan *f = r <= R_K ? &f_qk : &f_blk;
-            float *w = m->w + p->offset;
-            wq[l * R_COUNT + r] = w;
+            const fp4rl_linear_spec *s = r <= R_K ? &e->s_qk : &e->s_blk;
+            const fast_plan *f = r <= R_K ? &e->f_qk : &e->f_blk;
+            float *w = m->w + p->offset, **wq = &e->wq[l * R_COUNT + r];
+            *wq = w;
             if (s->mode[FP4RL_ROLE_WEIGHT] == FP4RL_NUM_FP32) continue;
-            fp4rl_arena tmp = {.ctx = ctx}, *wa = f->on ? &tmp : &keep; /* the fused path keeps only BF16 */
-            wq[l * R_COUNT + r] = fp4rl_arena_f32(wa, p->numel);
-            st = wa->st ? wa->st
-                        : fp4rl_linear_operand(m, wa, wq[l * R_COUNT + r], w, p->dims[0], p->dims[1], s,
-                                               FP4RL_ROLE_WEIGHT, 0);
+            fp4rl_arena tmp = {.ctx = ctx}, *wa = f->on ? &tmp : keep; /* the fused path keeps only BF16 */
+            *wq = fp4rl_arena_f32(wa, p->numel);
+            st = wa->st ? wa->st : fp4rl_linear_operand(m, wa, *wq, w, p->dims[0], p->dims[1], s, FP4RL_ROLE_WEIGHT, 0);
             if (!st && f->on) {
-                wb[l * R_COUNT + r] = fast_weight(m, &keep, f, wq[l * R_COUNT + r], p->dims[0], p->dims[1]);
-                st = keep.st;
+                e->wb[l * R_COUNT + r] = fast_weight(m, keep, f, *wq, p->dims[0], p->dims[1]);
+                st = keep->st;
             }
             if (f->on) fp4rl_arena_free(&tmp);
         }
     float *head = fp4rl_model_w(m, fp4rl_model_p_head(m));
-    float *whead = head;
-    if (!st && s_head.mode[FP4RL_ROLE_WEIGHT] != FP4RL_NUM_FP32) {
-        whead = fp4rl_arena_f32(&keep, V * C);
-        st = keep.st ? keep.st : fp4rl_linear_operand(m, &keep, whead, head, V, C, &s_head, FP4RL_ROLE_WEIGHT, 0);
+    e->whead = head;
+    if (!st && e->s_head.mode[FP4RL_ROLE_WEIGHT] != FP4RL_NUM_FP32) {
+        e->whead = fp4rl_arena_f32(keep, V * C);
+        st = keep->st ? keep->st : fp4rl_linear_operand(m, keep, e->whead, head, V, C, &e->s_head, FP4RL_ROLE_WEIGHT, 0);
     }
-    res->fused_linears = L * (5 * f_blk.on + 2 * f_qk.on) + f_head.on;
-    const int share_qkv = same_plan(&f_qk, &f_blk);
-    uint16_t *whead_b = NULL;
-    if (!st && f_head.on) {
-        whead_b = fast_weight(m, &keep, &f_head, whead, V, C);
-        st = keep.st;
+    if (!st && e->f_head.on) {
+        e->whead_b = fast_weight(m, keep, &e->f_head, e->whead, V, C);
+        st = keep->st;
     }
-    unsigned long long *counts64 = fp4rl_arena_alloc(&keep, L * R_COUNT * 2, sizeof(unsigned long long));
-    if (!st && !keep.st) st = ctx->be->memset0(ctx, counts64, (size_t)(L * R_COUNT * 2) * sizeof(unsigned long long));
-    /* the KV cache and per-step buffers */
-    float **kc = calloc((size_t)L, sizeof(float *)), **vc = calloc((size_t)L, sizeof(float *));
-    float *counts = fp4rl_arena_zeros(&keep, L * R_COUNT * 2);
-    int32_t *d_tok = fp4rl_arena_alloc(&keep, B, 4), *d_pos = fp4rl_arena_alloc(&keep, B, 4), *d_samp = fp4rl_arena_alloc(&keep, B, 4);
-    float *d_slogp = fp4rl_arena_f32(&keep, B);
-    for (int64_t l = 0; l < L && kc && vc; l++) {
-        kc[l] = fp4rl_arena_f32(&keep, B * Tmax * KD);
-        vc[l] = fp4rl_arena_f32(&keep, B * Tmax * KD);
+    if (st) return st;
+    e->counts64 = fp4rl_arena_alloc(keep, L * R_COUNT * 2, sizeof(unsigned long long));
+    e->counts = fp4rl_arena_zeros(keep, L * R_COUNT * 2);
+    if (keep->st) return keep->st;
+    st = ctx->be->memset0(ctx, e->counts64, (size_t)(L * R_COUNT * 2) * sizeof(unsigned long long));
+    const size_t elem = e->kv_bf16 ? sizeof(uint16_t) : sizeof(float);
+    for (int64_t l = 0; l < L && !st; l++) {
+        e->kc[l] = fp4rl_arena_alloc(keep, kv_rows * KD, elem);
+        e->vc[l] = fp4rl_arena_alloc(keep, kv_rows * KD, elem);
+        st = keep->st;
     }
-    if (!st && (keep.st || !kc || !vc)) st = keep.st ? keep.st : fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of memory");
+    return st;
+}
 
-    /* 2. decode in lockstep */
+static void engine_free(engine *e)
+{
+    fp4rl_arena_free(&e->keep);
+    free(e->wq);
+    free(e->wb);
+    free(e->kc);
+    free(e->vc);
+}
+
+/* One forward's rows, as host arrays packed into one upload: row n feeds token tok[n] at position
+ * pos[n], writes its k and v to cache row kvrow[n] and attends to the keys seg[4n .. 4n + 3]
+ * (attention_rows); the head runs on the Nh rows hidx (or all N rows, hidx NULL) and the draw of
+ * sampled row i is numbered (offset + steps[i], row0 + seqs[i]). */
+typedef struct rows_batch {
+    int64_t N, Nh;
+    int32_t *h;                                       /* host: N * 7 + Nh * 3 */
+    int32_t *tok, *pos, *kvrow, *seg, *hidx, *steps, *seqs; /* into h */
+} rows_batch;
+
+static fp4rl_status rows_alloc(rows_batch *r, int64_t N, int64_t Nh)
+{
+    r->N = N;
+    r->Nh = Nh;
+    r->h = calloc((size_t)(N * 7 + Nh * 3 + 1), sizeof(int32_t));
+    if (!r->h) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
+    r->tok = r->h;
+    r->pos = r->tok + N;
+    r->kvrow = r->pos + N;
+    r->seg = r->kvrow + N;
+    r->hidx = r->seg + 4 * N;
+    r->steps = r->hidx + Nh;
+    r->seqs = r->steps + Nh;
+    return FP4RL_OK;
+}
+
+/* The forward of a batch of rows through the rollout numerics, then the sampling of its head
+ * rows: sampled[i], slogp[i] (host) for head row i. */
+static fp4rl_status forward_sample(engine *e, const fp4rl_rollout_cfg *cfg, const rows_batch *rb, int use_hidx,
+                                   int32_t *sampled, float *slogp)
+{
+    fp4rl_model *m = e->m;
+    fp4rl_context *ctx = m->ctx;
+    const fp4rl_ops *ops = m->ops;
+    const fp4rl_hf_config *c = &m->cfg;
+    const int64_t N = rb->N, Nh = rb->Nh, C = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
+    const int64_t L = c->num_hidden_layers, Hq = c->num_attention_heads, Hkv = c->num_key_value_heads, D = c->head_dim;
+    const int64_t QD = Hq * D, KD = Hkv * D;
+    const float eps = (float)c->rms_norm_eps, theta = (float)c->rope_theta;
+    const int resq = e->resq;
+    fp4rl_arena step = {.ctx = ctx};
+    int32_t *d = fp4rl_arena_alloc(&step, N * 7 + Nh * 3, sizeof(int32_t));
+    float *x = fp4rl_arena_f32(&step, N * C), *ln = fp4rl_arena_f32(&step, N * C), *rstd = fp4rl_arena_f32(&step, N);
+    float *q = fp4rl_arena_f32(&step, N * QD), *k = fp4rl_arena_f32(&step, N * KD), *v = fp4rl_arena_f32(&step, N * KD);
+    float *att = fp4rl_arena_f32(&step, N * QD), *o = fp4rl_arena_f32(&step, N * C), *x1 = fp4rl_arena_f32(&step, N * C);
+    float *gate = fp4rl_arena_f32(&step, N * I), *up = fp4rl_arena_f32(&step, N * I), *h = fp4rl_arena_f32(&step, N * I);
+    float *xh = use_hidx ? fp4rl_arena_f32(&step, Nh * C) : x, *lnh = use_hidx ? fp4rl_arena_f32(&step, Nh * C) : ln;
+    float *rstdh = fp4rl_arena_f32(&step, Nh), *logits = fp4rl_arena_f32(&step, Nh * V), *d_slogp = fp4rl_arena_f32(&step, Nh);
+    int32_t *d_samp = fp4rl_arena_alloc(&step, Nh, sizeof(int32_t));
+    fp4rl_status st = step.st;
+    if (st) goto out;
+    const int32_t *d_tok = d, *d_pos = d + N, *d_kvrow = d + 2 * N, *d_seg = d + 3 * N, *d_hidx = d + 7 * N;
+    const int32_t *d_steps = d_hidx + Nh, *d_seqs = d_steps + Nh;
+#define TRY(call) do { if ((st = (call)) != FP4RL_OK) goto out; } while (0)
+#define W(l, k) fp4rl_model_w(m, fp4rl_model_lp((int)(l), k))
+/* xs: a fused activation operand shared with the previous linear on the same input, or NULL */
+#define LIN(s, r, y, xin, bias, IN, OUT, xs)                                                                          \
+    ((s) == &e->s_qk ? e->f_qk.on : e->f_blk.on)                                                                      \
+        ? fast_linear(m, &step, (s) == &e->s_qk ? &e->f_qk : &e->f_blk, y, xin, e->wb[l * R_COUNT + (r)], bias, N, IN, \
+                      OUT, e->counts64 + (l * R_COUNT + (r)) * 2, xs)                                                   \
+        : fp4rl_rollout_linear(m, &step, s, resq, y, xin, e->wq[l * R_COUNT + (r)], bias, N, IN, OUT,                  \
+                               e->counts + (l * R_COUNT + (r)) * 2)
+    TRY(ctx->be->upload(ctx, d, rb->h, (size_t)(N * 7 + Nh * 3) * sizeof(int32_t)));
+    TRY(ops->embedding_forward(ctx, x, d_tok, fp4rl_model_w(m, fp4rl_model_p_embed()), N, V, C));
+    for (int64_t l = 0; l < L; l++) {
+        TRY(ops->rmsnorm_forward(ctx, ln, rstd, x, W(l, FP4RL_LP_LN1), N, C, eps));
+        /* q, k, v read one input: one fused activation operand when their numerics agree */
+        const uint16_t *xs = e->share_qkv ? fast_act(m, &step, &e->f_qk, ln, N, C, e->counts64 + l * R_COUNT * 2) : NULL;
+        if (e->share_qkv && !xs) TRY(step.st);
+        TRY(LIN(&e->s_qk, R_Q, q, ln, W(l, FP4RL_LP_Q_B), C, QD, xs));
+        TRY(LIN(&e->s_qk, R_K, k, ln, W(l, FP4RL_LP_K_B), C, KD, xs));
+        TRY(LIN(&e->s_blk, R_V, v, ln, W(l, FP4RL_LP_V_B), C, KD, xs));
+        TRY(ops->rope_forward(ctx, q, q, d_pos, N, Hq, D, theta));
+        TRY(ops->rope_forward(ctx, k, k, d_pos, N, Hkv, D, theta));
+        TRY(ops->kv_store(ctx, e->kc[l], e->kv_bf16, k, d_kvrow, N, KD));
+        TRY(ops->kv_store(ctx, e->vc[l], e->kv_bf16, v, d_kvrow, N, KD));
+        TRY(ops->attention_rows(ctx, att, q, e->kc[l], e->vc[l], e->kv_bf16, d_seg, N, Hq, Hkv, D, e->att_nm));
+        TRY(LIN(&e->s_blk, R_O, o, att, NULL, QD, C, NULL));
+        TRY(ops->residual_forward(ctx, x1, x, o, N * C));
+        TRY(ops->rmsnorm_forward(ctx, ln, rstd, x1, W(l, FP4RL_LP_LN2), N, C, eps));
+        xs = e->f_blk.on ? fast_act(m, &step, &e->f_blk, ln, N, C, e->counts64 + (l * R_COUNT + R_GATE) * 2) : NULL;
+        if (e->f_blk.on && !xs) TRY(step.st);
+        TRY(LIN(&e->s_blk, R_GATE, gate, ln, NULL, C, I, xs));
+        TRY(LIN(&e->s_blk, R_UP, up, ln, NULL, C, I, xs));
+        TRY(ops->swiglu_forward(ctx, h, gate, up, N * I));
+        TRY(LIN(&e->s_blk, R_DOWN, o, h, NULL, I, C, NULL));
+        TRY(ops->residual_forward(ctx, x, x1, o, N * C));
+    }
+    /* the head on the rows that sample (a prefill samples at each prompt's last row, once per
+     * completion of its group) */
+    if (use_hidx) TRY(ops->gather_rows(ctx, xh, x, d_hidx, Nh, C));
+    TRY(ops->rmsnorm_forward(ctx, lnh, rstdh, xh, fp4rl_model_w(m, fp4rl_model_p_norm(m)), Nh, C, eps));
+    if (e->f_head.on) {
+        TRY(fast_linear(m, &step, &e->f_head, logits, lnh, e->whead_b, NULL, Nh, C, V, NULL, NULL));
+    } else {
+        if (e->s_head.mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUM_BF16) TRY(ops->round_bf16(ctx, lnh, lnh, Nh * C));
+        TRY(ops->linear_forward(ctx, logits, lnh, e->whead, NULL, Nh, C, V));
+    }
+    TRY(ops->sample_rows(ctx, d_samp, d_slogp, logits, Nh, V, cfg->temperature, cfg->top_k, cfg->top_p, cfg->seed,
+                         cfg->offset, cfg->row0, d_steps, d_seqs));
+    TRY(ctx->be->download(ctx, sampled, d_samp, (size_t)Nh * sizeof(int32_t)));
+    TRY(ctx->be->download(ctx, slogp, d_slogp, (size_t)Nh * sizeof(float)));
+#undef TRY
+#undef W
+#undef LIN
+out:
+    fp4rl_arena_free(&step);
+    return st;
+}
+
+/* The rollout's per-sequence bookkeeping: appends a sampled token, ends the sequence at a stop
+ * token or max_new. */
+static void record(const fp4rl_rollout_cfg *cfg, fp4rl_rollout_result *res, int *done, int64_t b, int32_t tok, float lp)
+{
+    const int64_t n = res->lengths[b]++;
+    res->tokens[b * cfg->max_new + n] = tok;
+    res->logprobs[b * cfg->max_new + n] = lp;
+    if (is_stop(cfg, tok)) {
+        res->stopped[b] = 1;
+        done[b] = 1;
+    } else if (n + 1 == cfg->max_new) {
+        done[b] = 1;
+    }
+}
+
+/* The lockstep schedule (row-coupled numerics): every sequence every step t at position t, fed its
+ * prompt's token t while inside it, else its last sampled token; a private cache of Tmax rows each. */
+static fp4rl_status run_lockstep(engine *e, const fp4rl_rollout_cfg *cfg, const int32_t *prompts, const size_t *offsets,
+                                 int64_t B, int64_t Tmax, fp4rl_rollout_result *res, int *done, int32_t *sampled,
+                                 float *slogp)
+{
+    const int64_t G = cfg->group;
+    rows_batch rb;
+    fp4rl_status st = rows_alloc(&rb, B, B);
     for (int64_t t = 0; !st && t + 1 < Tmax; t++) {
         int64_t active = 0;
         for (int64_t b = 0; b < B; b++) {
             const int32_t *pr = prompts + offsets[b / G];
             const int64_t plen = (int64_t)(offsets[b / G + 1] - offsets[b / G]);
-            cur[b] = t < plen ? pr[t] : (res->lengths[b] ? res->tokens[b * cfg->max_new + res->lengths[b] - 1] : 0);
-            pos[b] = (int32_t)t;
+            rb.tok[b] = t < plen ? pr[t] : (res->lengths[b] ? res->tokens[b * cfg->max_new + res->lengths[b] - 1] : 0);
+            rb.pos[b] = (int32_t)t;
+            rb.kvrow[b] = (int32_t)(b * Tmax + t);
+            rb.seg[4 * b] = (int32_t)(b * Tmax);
+            rb.seg[4 * b + 1] = (int32_t)(t + 1);
+            rb.seg[4 * b + 2] = rb.seg[4 * b + 3] = 0;
+            rb.steps[b] = (int32_t)t;
+            rb.seqs[b] = (int32_t)b;
             active += !done[b];
         }
         if (!active) break;
         res->decode_steps++;
-        float *x = fp4rl_arena_f32(&step, B * C), *ln = fp4rl_arena_f32(&step, B * C);
-        float *rstd = fp4rl_arena_f32(&step, B), *q = fp4rl_arena_f32(&step, B * QD), *k = fp4rl_arena_f32(&step, B * KD);
-        float *v = fp4rl_arena_f32(&step, B * KD), *att = fp4rl_arena_f32(&step, B * QD), *o = fp4rl_arena_f32(&step, B * C);
-        float *x1 = fp4rl_arena_f32(&step, B * C), *gate = fp4rl_arena_f32(&step, B * I), *up = fp4rl_arena_f32(&step, B * I);
-        float *h = fp4rl_arena_f32(&step, B * I), *logits = fp4rl_arena_f32(&step, B * V);
-        if (step.st) {
-            st = step.st;
-            break;
-        }
-#define TRY(call) do { if ((st = (call)) != FP4RL_OK) goto step_end; } while (0)
-#define W(l, k) fp4rl_model_w(m, fp4rl_model_lp((int)(l), k))
-/* xs: a fused activation operand shared with the previous linear on the same input, or NULL */
-#define LIN(s, r, y, xin, bias, IN, OUT, xs)                                                                     \
-    ((s) == &s_qk ? f_qk.on : f_blk.on)                                                                          \
-        ? fast_linear(m, &step, (s) == &s_qk ? &f_qk : &f_blk, y, xin, wb[l * R_COUNT + (r)], bias, B, IN, OUT, \
-                      counts64 + (l * R_COUNT + (r)) * 2, xs)                                                      \
-        : fp4rl_rollout_linear(m, &step, s, resq, y, xin, wq[l * R_COUNT + (r)], bias, B, IN, OUT,               \
-                               counts + (l * R_COUNT + (r)) * 2)
-        TRY(ctx->be->upload(ctx, d_tok, cur, (size_t)B * 4));
-        TRY(ctx->be->upload(ctx, d_pos, pos, (size_t)B * 4));
-        TRY(ops->embedding_forward(ctx, x, d_tok, fp4rl_model_w(m, fp4rl_model_p_embed()), B, V, C));
-        for (int64_t l = 0; l < L; l++) {
-            TRY(ops->rmsnorm_forward(ctx, ln, rstd, x, W(l, FP4RL_LP_LN1), B, C, eps));
-            /* q, k, v read one input: one fused activation operand when their numerics agree */
-            const uint16_t *xs = share_qkv ? fast_act(m, &step, &f_qk, ln, B, C, counts64 + l * R_COUNT * 2) : NULL;
-            if (share_qkv && !xs) TRY(step.st);
-            TRY(LIN(&s_qk, R_Q, q, ln, W(l, FP4RL_LP_Q_B), C, QD, xs));
-            TRY(LIN(&s_qk, R_K, k, ln, W(l, FP4RL_LP_K_B), C, KD, xs));
-            TRY(LIN(&s_blk, R_V, v, ln, W(l, FP4RL_LP_V_B), C, KD, xs));
-            TRY(ops->rope_forward(ctx, q, q, d_pos, B, Hq, D, theta));
-            TRY(ops->rope_forward(ctx, k, k, d_pos, B, Hkv, D, theta));
-            TRY(ops->kv_write(ctx, kc[l], k, B, Tmax, KD, t));
-            TRY(ops->kv_write(ctx, vc[l], v, B, Tmax, KD, t));
-            TRY(ops->attention_decode(ctx, att, q, kc[l], vc[l], B, Tmax, t + 1, Hq, Hkv, D, att_nm));
-            TRY(LIN(&s_blk, R_O, o, att, NULL, QD, C, NULL));
-            TRY(ops->residual_forward(ctx, x1, x, o, B * C));
-            TRY(ops->rmsnorm_forward(ctx, ln, rstd, x1, W(l, FP4RL_LP_LN2), B, C, eps));
-            xs = f_blk.on ? fast_act(m, &step, &f_blk, ln, B, C, counts64 + (l * R_COUNT + R_GATE) * 2) : NULL;
-            if (f_blk.on && !xs) TRY(step.st);
-            TRY(LIN(&s_blk, R_GATE, gate, ln, NULL, C, I, xs));
-            TRY(LIN(&s_blk, R_UP, up, ln, NULL, C, I, xs));
-            TRY(ops->swiglu_forward(ctx, h, gate, up, B * I));
-            TRY(LIN(&s_blk, R_DOWN, o, h, NULL, I, C, NULL));
-            TRY(ops->residual_forward(ctx, x, x1, o, B * C));
-        }
-        TRY(ops->rmsnorm_forward(ctx, ln, rstd, x, fp4rl_model_w(m, fp4rl_model_p_norm(m)), B, C, eps));
-        if (f_head.on) {
-            TRY(fast_linear(m, &step, &f_head, logits, ln, whead_b, NULL, B, C, V, NULL, NULL));
-        } else {
-            float *lq = ln;
-            if (s_head.mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUM_BF16) TRY(ops->round_bf16(ctx, lq, ln, B * C));
-            TRY(ops->linear_forward(ctx, logits, lq, whead, NULL, B, C, V));
-        }
-        TRY(ops->sample_rows(ctx, d_samp, d_slogp, logits, B, V, cfg->temperature, cfg->top_k, cfg->top_p, cfg->seed, cfg->offset + (uint64_t)t, cfg->row0));
-        TRY(ctx->be->download(ctx, sampled, d_samp, (size_t)B * 4));
-        TRY(ctx->be->download(ctx, slogp, d_slogp, (size_t)B * 4));
-        for (int64_t b = 0; b < B; b++) {
+        st = forward_sample(e, cfg, &rb, 0, sampled, slogp);
+        for (int64_t b = 0; !st && b < B; b++) {
             const int64_t plen = (int64_t)(offsets[b / G + 1] - offsets[b / G]);
-            if (done[b] || t + 1 < plen) continue; /* still prefilling the prompt */
-            const int64_t n = res->lengths[b]++;
-            res->tokens[b * cfg->max_new + n] = sampled[b];
-            res->logprobs[b * cfg->max_new + n] = slogp[b];
-            if (is_stop(cfg, sampled[b])) {
-                res->stopped[b] = 1;
-                done[b] = 1;
-            } else if (n + 1 == cfg->max_new) {
-                done[b] = 1;
+            if (!done[b] && t + 1 >= plen) record(cfg, res, done, b, sampled[b], slogp[b]);
+        }
+    }
+    free(rb.h);
+    return st;
+}
+
+/* Prefill (every distinct prompt once, in chunks of whole prompts) and compacted decode. The cache
+ * holds prompt p at rows pb[p] .. pb[p] + plen - 1 and completion b's fed tokens from row
+ * cb + b * cap (cap = max_new - 1: the last sampled token is never fed). */
+static fp4rl_status run_batched(engine *e, const fp4rl_rollout_cfg *cfg, const int32_t *prompts, const size_t *offsets,
+                                int64_t P, int64_t cap, fp4rl_rollout_result *res, int *done, int32_t *sampled,
+                                float *slogp)
+{
+    const int64_t G = cfg->group, B = P * G, cb = (int64_t)offsets[P];
+    fp4rl_status st = FP4RL_OK;
+    /* 2. prefill */
+    for (int64_t p0 = 0; !st && p0 < P;) {
+        int64_t p1 = p0 + 1;
+        while (p1 < P && (int64_t)(offsets[p1 + 1] - offsets[p0]) <= PREFILL_ROWS && (p1 + 1 - p0) * G <= PREFILL_SEQS) p1++;
+        rows_batch rb;
+        const int64_t r0 = (int64_t)offsets[p0];
+        if ((st = rows_alloc(&rb, (int64_t)offsets[p1] - r0, (p1 - p0) * G))) break;
+        for (int64_t p = p0; p < p1; p++) {
+            const int64_t plen = (int64_t)(offsets[p + 1] - offsets[p]);
+            for (int64_t t = 0; t < plen; t++) {
+                const int64_t n = (int64_t)offsets[p] - r0 + t;
+                rb.tok[n] = prompts[offsets[p] + t];
+                rb.pos[n] = (int32_t)t;
+                rb.kvrow[n] = (int32_t)(offsets[p] + t);
+                rb.seg[4 * n] = (int32_t)offsets[p];
+                rb.seg[4 * n + 1] = (int32_t)(t + 1);
+                rb.seg[4 * n + 2] = rb.seg[4 * n + 3] = 0;
+            }
+            for (int64_t g = 0; g < G; g++) {
+                const int64_t i = (p - p0) * G + g;
+                rb.hidx[i] = (int32_t)((int64_t)offsets[p + 1] - 1 - r0);
+                rb.steps[i] = (int32_t)(plen - 1);
+                rb.seqs[i] = (int32_t)(p * G + g);
             }
         }
-    step_end:
-        fp4rl_arena_free(&step);
-#undef TRY
-#undef W
-#undef LIN
+        st = forward_sample(e, cfg, &rb, 1, sampled, slogp);
+        for (int64_t i = 0; !st && i < rb.Nh; i++) record(cfg, res, done, rb.seqs[i], sampled[i], slogp[i]);
+        free(rb.h);
+        p0 = p1;
     }
-    res->offset_end = cfg->offset + (uint64_t)(Tmax > 0 ? Tmax - 1 : 0);
-    if (!st) st = ctx->be->download(ctx, hcounts, counts, (size_t)(L * R_COUNT * 2) * sizeof(float));
-    unsigned long long *h64 = calloc((size_t)(L * R_COUNT * 2), sizeof(unsigned long long));
-    if (!st && !h64) st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
-    if (!st) st = ctx->be->download(ctx, h64, counts64, (size_t)(L * R_COUNT * 2) * sizeof(unsigned long long));
+    /* 3. decode: the sequences still running, each at its own position */
+    while (!st) {
+        int64_t n = 0;
+        for (int64_t b = 0; b < B; b++) n += !done[b];
+        if (!n) break;
+        rows_batch rb;
+        if ((st = rows_alloc(&rb, n, n))) break;
+        for (int64_t i = 0, b = 0; b < B; b++) {
+            if (done[b]) continue;
+            const int64_t p = b / G, plen = (int64_t)(offsets[p + 1] - offsets[p]), fed = res->lengths[b];
+            rb.tok[i] = res->tokens[b * cfg->max_new + fed - 1];
+            rb.pos[i] = rb.steps[i] = (int32_t)(plen + fed - 1);
+            rb.kvrow[i] = (int32_t)(cb + b * cap + fed - 1);
+            rb.seg[4 * i] = (int32_t)offsets[p];
+            rb.seg[4 * i + 1] = (int32_t)plen;
+            rb.seg[4 * i + 2] = (int32_t)(cb + b * cap);
+            rb.seg[4 * i + 3] = (int32_t)fed;
+            rb.seqs[i++] = (int32_t)b;
+        }
+        res->decode_steps++;
+        st = forward_sample(e, cfg, &rb, 0, sampled, slogp);
+        for (int64_t i = 0; !st && i < n; i++) record(cfg, res, done, rb.seqs[i], sampled[i], slogp[i]);
+        free(rb.h);
+    }
+    return st;
+}
+
+/* act_zero_frac: the mean over linear layers of each one's underflow fraction. */
+static fp4rl_status finish_counts(engine *e, fp4rl_rollout_result *res)
+{
+    fp4rl_context *ctx = e->m->ctx;
+    const int64_t L = e->m->cfg.num_hidden_layers, n = L * R_COUNT * 2;
+    float *hc = calloc((size_t)n, sizeof(float));
+    unsigned long long *h64 = calloc((size_t)n, sizeof(unsigned long long));
+    fp4rl_status st = hc && h64 ? FP4RL_OK : fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
+    if (!st) st = ctx->be->download(ctx, hc, e->counts, (size_t)n * sizeof(float));
+    if (!st) st = ctx->be->download(ctx, h64, e->counts64, (size_t)n * sizeof(unsigned long long));
     for (int64_t l = 0; !st && l < L; l++) { /* a shared operand was counted once: for each of its readers */
         unsigned long long *c = h64 + l * R_COUNT * 2;
         for (int j = 0; j < 2; j++) {
-            if (share_qkv) c[R_K * 2 + j] = c[R_V * 2 + j] = c[R_Q * 2 + j];
-            if (f_blk.on) c[R_UP * 2 + j] = c[R_GATE * 2 + j];
+            if (e->share_qkv) c[R_K * 2 + j] = c[R_V * 2 + j] = c[R_Q * 2 + j];
+            if (e->f_blk.on) c[R_UP * 2 + j] = c[R_GATE * 2 + j];
         }
     }
-    for (int64_t i = 0; !st && i < L * R_COUNT * 2; i++) hcounts[i] += (float)h64[i]; /* one path per linear: one is 0 */
-    free(h64);
-    if (!st) { /* the mean over linear layers of each one's underflow fraction */
-        double sum = 0;
-        int64_t layers = 0;
-        for (int64_t i = 0; i < L * R_COUNT; i++)
-            if (hcounts[2 * i] > 0) {
-                sum += (double)hcounts[2 * i + 1] / hcounts[2 * i];
-                layers++;
-            }
-        res->act_zero_frac = layers ? sum / (double)layers : 0.0;
+    double sum = 0;
+    int64_t layers = 0;
+    for (int64_t i = 0; !st && i < L * R_COUNT; i++) {
+        const double all = (double)hc[2 * i] + (double)h64[2 * i], zero = (double)hc[2 * i + 1] + (double)h64[2 * i + 1];
+        if (all > 0) { /* one path per linear: the other's counts are 0 */
+            sum += zero / all;
+            layers++;
+        }
     }
-    free(kc);
-    free(vc);
-    free(wq);
-    free(wb);
+    res->act_zero_frac = layers ? sum / (double)layers : 0.0;
+    free(hc);
+    free(h64);
+    return st;
+}
+
+fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, const int32_t *prompts,
+                               const size_t *offsets, size_t n_prompts, fp4rl_rollout_result *res)
+{
+    const int64_t P = (int64_t)n_prompts, B = P * cfg->group, L = m->cfg.num_hidden_layers;
+    int64_t max_plen = 0;
+    for (int64_t p = 0; p < P; p++)
+        if ((int64_t)(offsets[p + 1] - offsets[p]) > max_plen) max_plen = (int64_t)(offsets[p + 1] - offsets[p]);
+    const int64_t Tmax = max_plen + cfg->max_new, cap = cfg->max_new > 1 ? cfg->max_new - 1 : 0;
+
+    memset(res, 0, sizeof *res);
+    res->n_seqs = B;
+    res->max_new = cfg->max_new;
+    res->tokens = calloc((size_t)(B * cfg->max_new + 1), sizeof(int32_t));
+    res->logprobs = calloc((size_t)(B * cfg->max_new + 1), sizeof(float));
+    res->lengths = calloc((size_t)B, sizeof(int64_t));
+    res->stopped = calloc((size_t)B, sizeof(int));
+    int32_t *sampled = malloc((size_t)B * sizeof(int32_t));
+    float *slogp = malloc((size_t)B * sizeof(float));
+    int *done = calloc((size_t)B, sizeof(int));
+    engine e = {0};
+    fp4rl_status st = FP4RL_OK;
+    if (!res->tokens || !res->logprobs || !res->lengths || !res->stopped || !sampled || !slogp || !done) {
+        st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
+        goto out;
+    }
+    /* the schedule: batched unless the activations' numerics couple the rows of a batch */
+    const int lockstep = lockstep_schedule(m);
+    const int64_t kv_rows = lockstep ? B * Tmax : (int64_t)offsets[P] + B * cap;
+    if (kv_rows >= INT32_MAX) {
+        st = fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "rollout: a KV cache of %lld rows (%lld sequences) exceeds 2^31 - 1 rows; use fewer prompts per step",
+                        (long long)kv_rows, (long long)B);
+        goto out;
+    }
+    if (cfg->max_new > 0) st = engine_init(&e, m, kv_rows > 0 ? kv_rows : 1);
+    res->fused_linears = L * (5 * e.f_blk.on + 2 * e.f_qk.on) + e.f_head.on;
+    if (!st && cfg->max_new > 0)
+        st = lockstep ? run_lockstep(&e, cfg, prompts, offsets, B, Tmax, res, done, sampled, slogp)
+                      : run_batched(&e, cfg, prompts, offsets, P, cap, res, done, sampled, slogp);
+    if (!st && cfg->max_new > 0) st = finish_counts(&e, res);
+    res->offset_end = cfg->offset + (uint64_t)(Tmax > 0 ? Tmax - 1 : 0);
 out:
-    fp4rl_arena_free(&step);
-    fp4rl_arena_free(&keep);
-    free(cur);
-    free(pos);
+    engine_free(&e);
     free(sampled);
     free(slogp);
-    free(hcounts);
     free(done);
     if (st) fp4rl_rollout_result_free(res);
     return st;
