@@ -4,9 +4,9 @@
 # .devrun/libkprof.so built from tools/kprof.cpp with .devrun/libcupti.so.13 next to it):
 # fp4rl_scale_bench --train-only under the kprof injection library (CUPTI activity records; no
 # replay, so the times are the real run's). One profile per size and numerics in $OUT/kprof_*.txt.
-# Usage: bash bench/device_profile.sh [sizes=0.5b] [numerics=bf16,hif4] [batch=P,G,L,N] [steps=2] [top=45]
+# Usage: bash bench/device_profile.sh [sizes=0.5b] [numerics=bf16,hif4] [batch=P,G,L,N] [steps=2] [top=45] [part=train|rollout]
 set -uo pipefail
-sizes=0.5b numerics=bf16,hif4 batch="16 8 128 256" steps=2 top=45
+sizes=0.5b numerics=bf16,hif4 batch="16 8 128 256" steps=2 top=45 part=train
 for a in "$@"; do
   case $a in
   sizes=*) sizes=${a#sizes=} ;;
@@ -14,6 +14,7 @@ for a in "$@"; do
   batch=*) batch=${a#batch=}; batch=${batch//,/ } ;;
   steps=*) steps=${a#steps=} ;;
   top=*) top=${a#top=} ;;
+  part=*) part=${a#part=} ;;
   *) echo "unknown argument: $a (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
 done
@@ -26,9 +27,9 @@ export LD_LIBRARY_PATH=$pkg/pkg/lib:$PWD/.devrun:$lt:${LD_LIBRARY_PATH:-} OPENBL
 read -r P G L N <<< "$batch"
 for model in ${sizes//,/ }; do
   for num in ${numerics//,/ }; do
-    f=$OUT/kprof_${model}_${num}.txt
+    f=$OUT/kprof_${part}_${model}_${num}.txt
     CUDA_INJECTION64_PATH=$PWD/.devrun/libkprof.so KPROF_OUT=$f KPROF_TOP=$top timeout 280 \
-      "$pkg/pkg/bin/fp4rl_scale_bench" "bench/configs/qwen2.5-$model.json" --numerics "$num" --train-only \
+      "$pkg/pkg/bin/fp4rl_scale_bench" "bench/configs/qwen2.5-$model.json" --numerics "$num" --$part-only \
       --prompts "$P" --group "$G" --prompt-len "$L" --new-tokens "$N" --steps "$steps" | tee -a "$f"
     sed -n '1,30p' "$f"
   done

@@ -8,10 +8,12 @@
  * The PyTorch + HF reference of the same shapes is bench/scale_torch.py; bench/device_scale.sh
  * runs both.
  *   fp4rl_scale_bench CONFIG.json [--numerics bf16|hif4] [--prompts P] [--group G]
- *                     [--prompt-len L] [--new-tokens N] [--steps S] [--cpu] [--train-only]
+ *                     [--prompt-len L] [--new-tokens N] [--steps S] [--cpu] [--train-only | --rollout-only]
  * --train-only: no rollout; each step is the trainer's work on P*G random sequences of L + N
  * tokens through the model ABI: their log-probs (log pi_old) and one supervised train step
  * (forward, backward, AdamW). What to profile the trainer with (tools/kprof.cpp).
+ * --rollout-only: each step is fp4rl_rl_session_rollout alone (weight sync, prefill, decode); what
+ * to profile the rollout engine with.
  * A failing call is a result, not a crash: the line then has "ok": false, the status and the
  * library's message, and the exit status is still 0 (2 only for bad command-line arguments).
  */
@@ -163,7 +165,7 @@ static int usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s CONFIG.json [--numerics bf16|hif4] [--prompts P] [--group G] [--prompt-len L]\n"
-            "       [--new-tokens N] [--steps S] [--cpu] [--train-only]\n",
+            "       [--new-tokens N] [--steps S] [--cpu] [--train-only | --rollout-only]\n",
             argv0);
     return 2;
 }
@@ -181,12 +183,13 @@ int main(int argc, char **argv)
 {
     result r = {.numerics = "bf16", .prompts = 16, .group = 8, .prompt_len = 128, .new_tokens = 256, .steps = 2};
     const char *config_path = NULL;
-    int cpu = 0, train_only = 0;
+    int cpu = 0, train_only = 0, rollout_only = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         size_t steps = 0;
         if (!strcmp(a, "--cpu")) cpu = 1;
         else if (!strcmp(a, "--train-only")) train_only = 1;
+        else if (!strcmp(a, "--rollout-only")) rollout_only = 1;
         else if (!strcmp(a, "--numerics") && v && (!strcmp(v, "bf16") || !strcmp(v, "hif4"))) r.numerics = argv[++i];
         else if (!strcmp(a, "--prompts") && v && !parse_size(v, &r.prompts)) i++;
         else if (!strcmp(a, "--group") && v && !parse_size(v, &r.group)) i++;
@@ -277,7 +280,14 @@ int main(int argc, char **argv)
     TRY(&r, fp4rl_rl_session_set(sess, FP4RL_RL_GROUP_SIZE, (double)r.group));
     TRY(&r, fp4rl_rl_session_set(sess, FP4RL_RL_MAX_NEW_TOKENS, (double)r.new_tokens));
     TRY(&r, fp4rl_rl_session_set_stop_tokens(sess, NULL, 0));
-    for (int s = 0; s < r.steps; s++) {
+    for (int s = 0; rollout_only && s < r.steps; s++) {
+        const double ts = now();
+        TRY(&r, fp4rl_rl_session_rollout(sess, prompts, offsets, r.prompts));
+        r.rollout_s = r.step_s = now() - ts;
+        r.train_s = 0;
+        r.have_step = 1;
+    }
+    for (int s = 0; !rollout_only && s < r.steps; s++) {
         const double ts = now();
         TRY(&r, fp4rl_rl_session_step(sess, prompts, offsets, r.prompts, even_reward, NULL));
         r.step_s = now() - ts;

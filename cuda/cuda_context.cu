@@ -200,6 +200,44 @@ static fp4rl_status cuda_check_memory(fp4rl_context *ctx, const void *p, size_t 
     return FP4RL_OK;
 }
 
+/* ---- CUDA graphs (the rollout's decode step) ----
+ * Relaxed capture: the caching allocator may still call cudaMalloc while a step is recorded (the
+ * blocks then belong to the graph's buffers, which the caller keeps until graph_destroy). */
+static fp4rl_status cuda_graph_begin(fp4rl_context *ctx)
+{
+    fp4rl_status st = fp4rl_cuda_enter(ctx);
+    if (st) return st;
+    cudaError_t err = cudaStreamBeginCapture(fp4rl_cuda_of(ctx)->stream, cudaStreamCaptureModeRelaxed);
+    return err == cudaSuccess ? FP4RL_OK : fp4rl_cuda_fail(ctx, err, "cudaStreamBeginCapture");
+}
+
+static fp4rl_status cuda_graph_end(fp4rl_context *ctx, void **graph)
+{
+    *graph = NULL;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t err = cudaStreamEndCapture(fp4rl_cuda_of(ctx)->stream, &g);
+    if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (err != cudaSuccess) return fp4rl_cuda_fail(ctx, err, "recording a CUDA graph");
+    *graph = exec;
+    return FP4RL_OK;
+}
+
+static fp4rl_status cuda_graph_launch(fp4rl_context *ctx, void *graph)
+{
+    fp4rl_status st = fp4rl_cuda_enter(ctx);
+    if (st) return st;
+    cudaError_t err = cudaGraphLaunch((cudaGraphExec_t)graph, fp4rl_cuda_of(ctx)->stream);
+    return err == cudaSuccess ? FP4RL_OK : fp4rl_cuda_fail(ctx, err, "cudaGraphLaunch");
+}
+
+static void cuda_graph_destroy(fp4rl_context *ctx, void *graph)
+{
+    (void)ctx;
+    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
 static const fp4rl_backend cuda_backend = {
     "cuda",
     cuda_alloc,
@@ -220,6 +258,10 @@ static const fp4rl_backend cuda_backend = {
     cuda_set_stream,
     cuda_check_memory,
     cuda_synchronize,
+    cuda_graph_begin,
+    cuda_graph_end,
+    cuda_graph_launch,
+    cuda_graph_destroy,
 };
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20) /* what cuBLASLt suggests for Hopper */

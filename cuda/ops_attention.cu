@@ -97,7 +97,8 @@ __global__ void __launch_bounds__(AT) attn_fwd_k(float *out, float *lse, const f
     if (threadIdx.x == 0) *l_out = l;
 }
 
-/* ---- attention_rows: one block per (query row, kv head, chunk of up to RH query heads) ----
+/* ---- attention_rows for rows whose scores do not fit in shared memory: one block per (query row,
+ * kv head, chunk of up to RH query heads) ----
  * The GQA group's query heads read each key once. Warps take keys in turn; a key's D values
  * are spread over the lanes (RD = D / 32 contiguous values each when D is 32, 64, 128 or 256, so a
  * row is one coalesced load; otherwise strided, up to 8 each), and a score is the lanes' partial
@@ -229,11 +230,168 @@ __global__ void __launch_bounds__(RW * 32) attn_rows_k(float *out, const float *
     }
 }
 
+/* ---- attention_rows with the row's scores in shared memory (up to SM_SCORES bytes of them) ----
+ * One block per (query row, kv head, chunk of RH query heads), 256 threads. A thread takes whole
+ * keys: its scores for every head of the chunk are serial dot products over D, the CPU's order,
+ * and land in shared memory; max and double sum per head come from a fixed reduction; p is
+ * rounded in place; then a thread takes output elements (d, heads) and sums p v over the keys
+ * serially, the CPU's order again. Only lse's sum runs in another order than the CPU's. */
+constexpr int SMT = 256;
+constexpr size_t SM_SCORES = 160 * 1024;
+
+/* Eight consecutive cache values k[d .. d + 7] as FP32 (one 16-byte load of BF16, two of FP32). */
+__device__ __forceinline__ void load8(float (&x)[8], const uint16_t *k, int d)
+{
+    const uint4 u = *reinterpret_cast<const uint4 *>(k + d);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        x[2 * i] = __uint_as_float(w[i] << 16);
+        x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void load8(float (&x)[8], const float *k, int d)
+{
+    const float4 a = *reinterpret_cast<const float4 *>(k + d), b = *reinterpret_cast<const float4 *>(k + d + 4);
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+
+/* One head's dot products with a key accumulate over d in order, the CPU's serial order, whether
+ * the values come eight at a time (VEC: D % 8 == 0) or one by one. */
+template <typename KT, bool VEC>
+__device__ __forceinline__ void key_scores(float (&acc)[RH], const float *qs, const KT *k, int D, int nh, int bf)
+{
+#pragma unroll
+    for (int h = 0; h < RH; h++) acc[h] = 0.0f;
+    if (VEC) {
+        for (int d0 = 0; d0 < D; d0 += 8) {
+            float kv[8];
+            load8(kv, k, d0);
+#pragma unroll
+            for (int j = 0; j < 8; j++) kv[j] = rd(kv[j], bf);
+#pragma unroll
+            for (int h = 0; h < RH; h++) {
+                if (h >= nh) break;
+                const float4 qa = *reinterpret_cast<const float4 *>(qs + h * D + d0);
+                const float4 qb = *reinterpret_cast<const float4 *>(qs + h * D + d0 + 4);
+                const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[h] += qv[j] * kv[j];
+            }
+        }
+    } else {
+        for (int d = 0; d < D; d++) {
+            const float kv = rd(kv_val<KT>(k, d), bf);
+#pragma unroll
+            for (int h = 0; h < RH; h++)
+                if (h < nh) acc[h] += qs[h * D + d] * kv;
+        }
+    }
+}
+
+template <typename KT, bool VEC>
+__global__ void __launch_bounds__(SMT) attn_rows_sm_k(float *out, const float *q, const KT *kc, const KT *vc, const int32_t *seg,
+                                                     int64_t Hq, int64_t Hkv, int D, float scale, int bf, int64_t max_keys)
+{
+    extern __shared__ __align__(16) float sm[]; /* q [RH][D], then scores [RH][max_keys] */
+    __shared__ float wmax[SMT / 32][RH];
+    __shared__ double wsum[SMT / 32][RH];
+    const int64_t n = blockIdx.x, kh = blockIdx.y, group = Hq / Hkv, h0 = kh * group + (int64_t)blockIdx.z * RH;
+    const int nh = (int)(group - (int64_t)blockIdx.z * RH < RH ? group - (int64_t)blockIdx.z * RH : RH);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int64_t W = Hkv * D, b0 = seg[4 * n], l0 = seg[4 * n + 1], b1 = seg[4 * n + 2], nk = l0 + seg[4 * n + 3];
+    float *qs = sm, *sc = sm + RH * D;
+    for (int i = tid; i < nh * D; i += SMT) qs[i] = rd(q[(n * Hq + h0) * D + i], bf);
+    __syncthreads();
+    for (int64_t s = tid; s < nk; s += SMT) {
+        float acc[RH];
+        key_scores<KT, VEC>(acc, qs, kc + (s < l0 ? b0 + s : b1 + s - l0) * W + kh * D, D, nh, bf);
+        for (int h = 0; h < nh; h++) sc[h * max_keys + s] = scale * acc[h];
+    }
+    __syncthreads();
+    /* per head: the max, then the sum of exp(x - max) in double, both over the block */
+    float mx[RH];
+#pragma unroll
+    for (int h = 0; h < RH; h++) {
+        float m = -INFINITY;
+        if (h < nh)
+            for (int64_t s = tid; s < nk; s += SMT) m = fmaxf(m, sc[h * max_keys + s]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (lane == 0) wmax[warp][h] = m;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < RH; h++) {
+        mx[h] = wmax[0][h];
+        for (int w = 1; w < SMT / 32; w++) mx[h] = fmaxf(mx[h], wmax[w][h]);
+        double t = 0.0;
+        if (h < nh)
+            for (int64_t s = tid; s < nk; s += SMT) t += exp((double)sc[h * max_keys + s] - (double)mx[h]);
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (lane == 0) wsum[warp][h] = t;
+    }
+    __syncthreads();
+    float lse[RH];
+#pragma unroll
+    for (int h = 0; h < RH; h++) {
+        double t = 0.0;
+        for (int w = 0; w < SMT / 32; w++) t += wsum[w][h];
+        lse[h] = (float)((double)mx[h] + log(t));
+    }
+    for (int64_t i = tid; i < (int64_t)nh * nk; i += SMT) { /* p = exp(x - lse), rounded as the numerics say */
+        const int h = (int)(i / nk);
+        const int64_t s = i % nk;
+        float *x = sc + h * max_keys + s;
+        *x = rd(expf_cr(*x - lse[h]), bf);
+    }
+    __syncthreads();
+    /* o[h][d] = sum_s p[h][s] v[s][d]: thread -> (d, heads hp, hp + HP, ...), one v load per key */
+    const int HP = D < SMT ? SMT / D : 1;
+    for (int i = tid; i < D * HP; i += SMT) {
+        const int d = i % D, hp = i / D;
+        float acc[RH];
+#pragma unroll
+        for (int h = 0; h < RH; h++) acc[h] = 0.0f;
+        const KT *v = vc + kh * D + d;
+        int64_t s = 0;
+        for (; s + 4 <= nk; s += 4) { /* four loads in flight; the sums stay serial in s */
+            float vv[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) vv[j] = rd(kv_val<KT>(v, (s + j < l0 ? b0 + s + j : b1 + s + j - l0) * W), bf);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int h = 0; h < RH; h++)
+                    if (h % HP == hp && h < nh) acc[h] += sc[h * max_keys + s + j] * vv[j];
+        }
+        for (; s < nk; s++) {
+            const float vv = rd(kv_val<KT>(v, (s < l0 ? b0 + s : b1 + s - l0) * W), bf);
+#pragma unroll
+            for (int h = 0; h < RH; h++)
+                if (h % HP == hp && h < nh) acc[h] += sc[h * max_keys + s] * vv;
+        }
+#pragma unroll
+        for (int h = 0; h < RH; h++)
+            if (h % HP == hp && h < nh) out[(n * Hq + h0 + h) * D + d] = acc[h];
+    }
+}
+
 template <typename KT>
-static void launch_rows(cudaStream_t s, float *out, const float *q, const void *kc, const void *vc, const int32_t *seg, int64_t N,
-                        int64_t Hq, int64_t Hkv, int D, float scale, int bf)
+static cudaError_t launch_rows(cudaStream_t s, float *out, const float *q, const void *kc, const void *vc, const int32_t *seg,
+                               int64_t N, int64_t Hq, int64_t Hkv, int D, float scale, int bf, int64_t max_keys)
 {
     const dim3 grid((unsigned)N, (unsigned)Hkv, (unsigned)((Hq / Hkv + RH - 1) / RH));
+    const size_t smb = ((size_t)RH * D + (size_t)RH * (size_t)max_keys) * sizeof(float);
+    if (smb <= SM_SCORES) { /* the scores fit in shared memory */
+        const bool vec = D % 8 == 0 && (uintptr_t)kc % 16 == 0 && (uintptr_t)vc % 16 == 0;
+        void (*k)(float *, const float *, const KT *, const KT *, const int32_t *, int64_t, int64_t, int, float, int, int64_t) =
+            vec ? attn_rows_sm_k<KT, true> : attn_rows_sm_k<KT, false>;
+        /* beyond 48 KB by opt-in (a host-side attribute of the current device, cheap to set each time) */
+        cudaError_t err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SM_SCORES);
+        if (err != cudaSuccess) return err;
+        k<<<grid, SMT, smb, s>>>(out, q, (const KT *)kc, (const KT *)vc, seg, Hq, Hkv, D, scale, bf, max_keys);
+        return cudaSuccess;
+    }
     const size_t sh = (size_t)RW * RH * D * sizeof(float);
     const KT *k = (const KT *)kc, *v = (const KT *)vc;
 #define ROWS_K(RD, C) attn_rows_k<RD, C, KT><<<grid, RW * 32, sh, s>>>(out, q, k, v, seg, Hq, Hkv, D, scale, bf)
@@ -245,6 +403,7 @@ static void launch_rows(cudaStream_t s, float *out, const float *q, const void *
     default: ROWS_K(8, false); break;
     }
 #undef ROWS_K
+    return cudaSuccess;
 }
 
 /* dq of one query row (block = ((b * T + t) * Hq + h)): dq += sum_{s <= t} ds_s k_s, serial in s. */
@@ -389,7 +548,8 @@ fp4rl_status fp4rl_cuda_attention_backward(fp4rl_context *ctx, float *dq, float 
 }
 
 fp4rl_status fp4rl_cuda_attention_rows(fp4rl_context *ctx, float *out, const float *q, const void *kc, const void *vc, int kv_bf16,
-                                       const int32_t *seg, int64_t N, int64_t Hq, int64_t Hkv, int64_t D, fp4rl_att_numerics nm)
+                                       const int32_t *seg, int64_t N, int64_t max_keys, int64_t Hq, int64_t Hkv, int64_t D,
+                                       fp4rl_att_numerics nm)
 {
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
@@ -397,7 +557,8 @@ fp4rl_status fp4rl_cuda_attention_rows(fp4rl_context *ctx, float *out, const flo
     if (D > 256) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "attention_rows: head dim %lld > 256 is not supported on CUDA", (long long)D);
     const float scale = 1.0f / sqrtf((float)D);
     const int bf = nm == FP4RL_ATT_BF16;
-    if (kv_bf16) launch_rows<uint16_t>(s, out, q, kc, vc, seg, N, Hq, Hkv, (int)D, scale, bf);
-    else launch_rows<float>(s, out, q, kc, vc, seg, N, Hq, Hkv, (int)D, scale, bf);
+    const cudaError_t err = kv_bf16 ? launch_rows<uint16_t>(s, out, q, kc, vc, seg, N, Hq, Hkv, (int)D, scale, bf, max_keys)
+                                    : launch_rows<float>(s, out, q, kc, vc, seg, N, Hq, Hkv, (int)D, scale, bf, max_keys);
+    if (err != cudaSuccess) return fp4rl_cuda_fail(ctx, err, "attention_rows: cudaFuncSetAttribute");
     return fp4rl_cuda_check_launch(ctx, "attention_rows");
 }

@@ -156,7 +156,7 @@ FP4RL_CUDA_OP(init_normal, float *dst, int64_t k0, int64_t n, uint64_t seed);
 FP4RL_CUDA_OP(grad_clip, float *g, int64_t n, const float *norm, float max_norm);
 FP4RL_CUDA_OP(kv_store, void *cache, int kv_bf16, const float *src, const int32_t *rows, int64_t N, int64_t W);
 FP4RL_CUDA_OP(attention_rows, float *out, const float *q, const void *kc, const void *vc, int kv_bf16, const int32_t *seg,
-              int64_t N, int64_t Hq, int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
+              int64_t N, int64_t max_keys, int64_t Hq, int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
 FP4RL_CUDA_OP(gather_rows, float *dst, const float *src, const int32_t *idx, int64_t N, int64_t W);
 FP4RL_CUDA_OP(resq_mask, float *r, int64_t N, int64_t K, int pattern);
 FP4RL_CUDA_OP(sample_rows, int32_t *tokens, float *logp, const float *logits, int64_t B, int64_t V, float temperature,

@@ -9,3 +9,7 @@ set_tests_properties(test_ops_parity PROPERTIES LABELS "gpu")
 fp4rl_add_internal_test(test_rl_parity)
 target_link_libraries(test_rl_parity PRIVATE fp4rl_addition_task)
 set_tests_properties(test_rl_parity PROPERTIES LABELS "gpu")
+
+# The rollout engine on the GPU: CUDA-graph decode steps vs eager ones, batched vs lockstep, GPU vs CPU.
+fp4rl_add_internal_test(test_rollout_graphs)
+set_tests_properties(test_rollout_graphs PROPERTIES LABELS "gpu")

@@ -586,7 +586,7 @@ START_TEST(test_attention_bf16)
     const void *caches[2][2] = {{kf, vf}, {kb, vb}};
     for (int bf = 0; bf < 2; bf++)
         for (int split = 0; split < 2; split++) {
-            CHECK_OK(ops->attention_rows(NULL, od, q, caches[bf][0], caches[bf][1], bf, split ? seg2 : seg, rows, Hq, Hkv, D,
+            CHECK_OK(ops->attention_rows(NULL, od, q, caches[bf][0], caches[bf][1], bf, split ? seg2 : seg, rows, T, Hq, Hkv, D,
                                          FP4RL_ATT_BF16));
             for (int64_t r = 0; r < rows; r++) {
                 if (r % T >= len[r / T]) continue; /* padding rows of the training forward are 0 */
@@ -595,7 +595,9 @@ START_TEST(test_attention_bf16)
             }
         }
     /* in FP32 numerics from an FP32 cache: the FP32 training forward's rows */
-    CHECK_OK(ops->attention_rows(NULL, od, q, kf, vf, 0, seg2, rows, Hq, Hkv, D, FP4RL_ATT_FP32));
+    CHECK_OK(ops->attention_rows(NULL, od, q, kf, vf, 0, seg2, rows, T, Hq, Hkv, D, FP4RL_ATT_FP32));
+    /* a row with more keys than max_keys is refused */
+    ck_assert_int_ne(ops->attention_rows(NULL, od, q, kf, vf, 0, seg2, rows, T - 1, Hq, Hkv, D, FP4RL_ATT_FP32), FP4RL_OK);
     for (int64_t r = 0; r < rows; r++)
         if (r % T < len[r / T]) ck_assert_mem_eq(od + r * Hq * D, out32 + r * Hq * D, Hq * D * sizeof(float));
     free(seg), free(seg2), free(ids), free(kb), free(vb);

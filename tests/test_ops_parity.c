@@ -322,15 +322,16 @@ static void attention_case(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_
 
 /* attention_rows on N rows of Hkv * D keys: row n reads cache rows seg = (n % 3, n % 5 + 1, 40 + 7 n, len1 + n % 4)
  * (segment 0 shared between rows, segment 1 its own); kv_store writes the cache (FP32 exactly,
- * BF16 as the bits of nearest-even), gather_rows picks rows back. */
+ * BF16 as the bits of nearest-even), gather_rows picks rows back. The GPU's scores sit in shared
+ * memory up to 160 KB of them (max_keys = 5 + len1 + 3, a little more than needed), else the warp kernel. */
 static void rows_case(int64_t N, int64_t Hkv, int64_t D, int64_t group, int64_t len1)
 {
     const int64_t Hq = Hkv * group, W = Hkv * D, rows = 40 + 7 * N + len1 + 4, nq = N * Hq * D;
     float *src = rnd(rows * W, 1), *q = rnd(nq, 1), *kf = malloc((size_t)(rows * W) * 4), *vf = malloc((size_t)(rows * W) * 4);
     float *vsrc = rnd(rows * W, 1);
     int32_t *ids = malloc((size_t)rows * 4), *seg = malloc((size_t)(4 * N) * 4);
-    ck_assert_msg(rows % 37 != 0, "the permutation needs 37 prime to rows");
-    for (int64_t r = 0; r < rows; r++) ids[r] = (int32_t)((r * 37) % rows); /* a permutation of the rows */
+    ck_assert_msg(rows % 41 != 0, "the permutation needs 41 prime to rows");
+    for (int64_t r = 0; r < rows; r++) ids[r] = (int32_t)((r * 41) % rows); /* a permutation of the rows */
     for (int64_t n = 0; n < N; n++) {
         seg[4 * n] = (int32_t)(n % 3), seg[4 * n + 1] = (int32_t)(n % 5 + 1);
         seg[4 * n + 2] = (int32_t)(40 + 7 * n), seg[4 * n + 3] = (int32_t)(len1 + n % 4);
@@ -350,10 +351,10 @@ static void rows_case(int64_t N, int64_t Hkv, int64_t D, int64_t group, int64_t 
         ck_assert_msg(!memcmp(hk, kf, (size_t)(rows * W) * (kvb ? 2 : 4)), "kv_store (bf16 %d) differs from the CPU", kvb);
         free(hk);
         for (int nm = kvb; nm <= FP4RL_ATT_BF16; nm++) { /* a BF16 cache serves BF16 numerics only */
-            C->attention_rows(cpu, out, q, kf, vf, kvb, seg, N, Hq, Hkv, D, (fp4rl_att_numerics)nm);
-            C->attention_rows(cpu, out32, q, kf, vf, kvb, seg, N, Hq, Hkv, D, FP4RL_ATT_FP32);
+            C->attention_rows(cpu, out, q, kf, vf, kvb, seg, N, 5 + len1 + 3, Hq, Hkv, D, (fp4rl_att_numerics)nm);
+            C->attention_rows(cpu, out32, q, kf, vf, kvb, seg, N, 5 + len1 + 3, Hq, Hkv, D, FP4RL_ATT_FP32);
             const double tol = nm ? host_gap(out, out32, nq) / 10 : 1e-5;
-            OKG(G->attention_rows(gpu, dout, dq, dk, dv, kvb, dseg, N, Hq, Hkv, D, (fp4rl_att_numerics)nm));
+            OKG(G->attention_rows(gpu, dout, dq, dk, dv, kvb, dseg, N, 5 + len1 + 3, Hq, Hkv, D, (fp4rl_att_numerics)nm));
             char what[64];
             snprintf(what, sizeof what, "attention_rows D%lld g%lld %s%s", (long long)D, (long long)group, nm ? "BF16" : "FP32",
                      kvb ? " bf16 cache" : "");
@@ -391,6 +392,7 @@ START_TEST(test_attention)
     rows_case(3, 2, 24, 2, 9);
     rows_case(3, 2, 32, 1, 300);
     rows_case(2, 2, 16, 3, 2);
+    rows_case(2, 1, 64, 4, 5200); /* scores beyond shared memory: the warp kernel */
 }
 END_TEST
 

@@ -181,9 +181,11 @@ typedef struct fp4rl_ops {
      * be empty, not both), in that order; kc, vc [rows, Hkv, D] as kv_store wrote them. Scale
      * 1/sqrt(D), GQA and the numerics nm as in attention_forward, so a row gives the training
      * forward's row for the same keys: the rollout's prefill (row t of a prompt: its first t + 1
-     * keys) and its decode steps use this one op. */
+     * keys) and its decode steps use this one op. max_keys >= every row's key count (it sizes the
+     * GPU's shared memory for the scores; the CPU checks it). */
     fp4rl_status (*attention_rows)(fp4rl_context *ctx, float *out, const float *q, const void *kc, const void *vc,
-                                   int kv_bf16, const int32_t *seg, int64_t N, int64_t Hq, int64_t Hkv, int64_t D,
+                                   int kv_bf16, const int32_t *seg, int64_t N, int64_t max_keys, int64_t Hq, int64_t Hkv,
+                                   int64_t D,
                                    fp4rl_att_numerics nm);
     /* dst row n = src row idx[n] (rows of W floats, a copy bit for bit). */
     fp4rl_status (*gather_rows)(fp4rl_context *ctx, float *dst, const float *src, const int32_t *idx, int64_t N, int64_t W);

@@ -72,7 +72,7 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_grad_clip(fp4rl_context *ctx, float *g, int6
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_kv_store(fp4rl_context *ctx, void *cache, int kv_bf16, const float *src,
                                              const int32_t *rows, int64_t N, int64_t W);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_attention_rows(fp4rl_context *ctx, float *out, const float *q, const void *kc,
-                                                   const void *vc, int kv_bf16, const int32_t *seg, int64_t N, int64_t Hq,
+                                                   const void *vc, int kv_bf16, const int32_t *seg, int64_t N, int64_t max_keys, int64_t Hq,
                                                    int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_gather_rows(fp4rl_context *ctx, float *dst, const float *src, const int32_t *idx,
                                                 int64_t N, int64_t W);

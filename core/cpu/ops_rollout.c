@@ -40,8 +40,8 @@ static void cache_row(float *dst, const void *c, int kv_bf16, int64_t r, int64_t
 /* Each row's keys are gathered into contiguous FP32 rows, then every query head of the kv head
  * runs fp4rl_cpu_attend_row, the training attention's own row function: the same numerics. */
 fp4rl_status fp4rl_cpu_attention_rows(fp4rl_context *ctx, float *out, const float *q, const void *kc, const void *vc,
-                                      int kv_bf16, const int32_t *seg, int64_t N, int64_t Hq, int64_t Hkv, int64_t D,
-                                      fp4rl_att_numerics nm)
+                                      int kv_bf16, const int32_t *seg, int64_t N, int64_t max_keys, int64_t Hq,
+                                      int64_t Hkv, int64_t D, fp4rl_att_numerics nm)
 {
     (void)ctx;
     const int64_t group = Hq / Hkv, W = Hkv * D;
@@ -49,6 +49,9 @@ fp4rl_status fp4rl_cpu_attention_rows(fp4rl_context *ctx, float *out, const floa
     int64_t most = 0;
     for (int64_t n = 0; n < N; n++)
         if ((int64_t)seg[4 * n + 1] + seg[4 * n + 3] > most) most = (int64_t)seg[4 * n + 1] + seg[4 * n + 3];
+    if (most > max_keys)
+        return fp4rl_fail(FP4RL_ERR_INTERNAL, "attention_rows: a row has %lld keys, more than max_keys %lld", (long long)most,
+                          (long long)max_keys);
     float *kb = malloc((size_t)(most * D + 1) * sizeof(float)), *vb = malloc((size_t)(most * D + 1) * sizeof(float));
     if (!kb || !vb) {
         free(kb), free(vb);

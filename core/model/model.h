@@ -43,6 +43,7 @@ struct fp4rl_model {
     float *scalar;                   /* device scratch: [0] loss, [1] grad norm, [2] dloss = 1, [3] AdamW's dry run */
     int rollout_generic;             /* tests: 1 = no fused round trips (the rollout's linear path, training operands) */
     int rollout_lockstep;            /* tests: 1 = the rollout's lockstep schedule for any numerics (core/rl/rollout.c) */
+    int rollout_eager;               /* tests: 1 = no CUDA graphs for the rollout's decode steps */
     int n_default_stop;              /* eos ids of a from_pretrained model: sessions' default stop tokens */
     int32_t default_stop[FP4RL_HF_MAX_EOS];
     size_t head_chunk_bytes;         /* the LM head's FP32 logits budget per chunk; 0 = FP4RL_HEAD_CHUNK_BYTES */

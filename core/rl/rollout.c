@@ -187,12 +187,18 @@ typedef struct engine {
     unsigned long long *counts64; /* fused path's underflow counts [L, R_COUNT, 2] */
     float *counts;                /* generic path's */
     void **kc, **vc;              /* [L] caches of rows x Hkv * D */
+    int64_t max_keys;             /* the most keys of any row: max prompt + max_new */
+    int64_t pad_row;              /* the cache row of the rows that pad a decode step to its graph's bucket */
+    int graphs;                   /* decode steps replayed as CUDA graphs */
+    float *pad_counts;            /* host: one pad row's counts (counts, then counts64), [2, L, R_COUNT, 2] */
+    int64_t pad_rowsteps;         /* pad rows run, whose counts finish_counts takes off */
     fp4rl_arena keep;
 } engine;
 
 /* Step 1: the rollout copy of every weight, the counters and the caches (kv_rows rows a layer). */
-static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t kv_rows)
+static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t kv_rows, int64_t max_keys)
 {
+    kv_rows++; /* the pad row */
     fp4rl_context *ctx = m->ctx;
     const fp4rl_hf_config *c = &m->cfg;
     const int64_t L = c->num_hidden_layers, V = c->vocab_size, C = c->hidden_size;
@@ -210,6 +216,13 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t kv_rows)
     e->f_blk = plan_fast(m, &e->s_blk, e->resq);
     e->f_head = plan_fast(m, &e->s_head, 0);
     e->share_qkv = same_plan(&e->f_qk, &e->f_blk);
+    e->pad_row = kv_rows - 1;
+    e->max_keys = max_keys;
+    /* graphs where no linear quantizes activations outside the fused path (the generic quantizer
+     * reads flags back to the host, which a recording cannot) */
+    const fp4rl_role X = FP4RL_ROLE_ACTIVATION;
+    e->graphs = ctx->be->graph_begin && !m->rollout_eager && (e->f_qk.on || e->s_qk.mode[X] != FP4RL_NUM_FP4) &&
+                (e->f_blk.on || e->s_blk.mode[X] != FP4RL_NUM_FP4) && (e->f_head.on || e->s_head.mode[X] != FP4RL_NUM_FP4);
     e->wq = calloc((size_t)(L * R_COUNT + 1), sizeof(float *));
     e->wb = calloc((size_t)(L * R_COUNT + 1), sizeof(uint16_t *));
     e->kc = calloc((size_t)L, sizeof(void *));
@@ -261,6 +274,7 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t kv_rows)
 static void engine_free(engine *e)
 {
     fp4rl_arena_free(&e->keep);
+    free(e->pad_counts);
     free(e->wq);
     free(e->wb);
     free(e->kc);
@@ -293,49 +307,46 @@ static fp4rl_status rows_alloc(rows_batch *r, int64_t N, int64_t Nh)
     return FP4RL_OK;
 }
 
-/* The forward of a batch of rows through the rollout numerics, then the sampling of its head
- * rows: sampled[i], slogp[i] (host) for head row i. */
-static fp4rl_status forward_sample(engine *e, const fp4rl_rollout_cfg *cfg, const rows_batch *rb, int use_hidx,
-                                   int32_t *sampled, float *slogp)
+/* Enqueues the forward of a batch of rows (their arrays at d, device, rows_batch's packing) through
+ * the rollout numerics and the sampling of its head rows into d_samp, d_slogp; buffers come from
+ * `step`. Nothing in it waits for the host, so it can be recorded as a graph. */
+static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_arena *step, int64_t N, int64_t Nh,
+                                 int use_hidx, const int32_t *d, int32_t *d_samp, float *d_slogp)
 {
     fp4rl_model *m = e->m;
     fp4rl_context *ctx = m->ctx;
     const fp4rl_ops *ops = m->ops;
     const fp4rl_hf_config *c = &m->cfg;
-    const int64_t N = rb->N, Nh = rb->Nh, C = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
+    const int64_t C = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
     const int64_t L = c->num_hidden_layers, Hq = c->num_attention_heads, Hkv = c->num_key_value_heads, D = c->head_dim;
     const int64_t QD = Hq * D, KD = Hkv * D;
     const float eps = (float)c->rms_norm_eps, theta = (float)c->rope_theta;
     const int resq = e->resq;
-    fp4rl_arena step = {.ctx = ctx};
-    int32_t *d = fp4rl_arena_alloc(&step, N * 7 + Nh * 3, sizeof(int32_t));
-    float *x = fp4rl_arena_f32(&step, N * C), *ln = fp4rl_arena_f32(&step, N * C), *rstd = fp4rl_arena_f32(&step, N);
-    float *q = fp4rl_arena_f32(&step, N * QD), *k = fp4rl_arena_f32(&step, N * KD), *v = fp4rl_arena_f32(&step, N * KD);
-    float *att = fp4rl_arena_f32(&step, N * QD), *o = fp4rl_arena_f32(&step, N * C), *x1 = fp4rl_arena_f32(&step, N * C);
-    float *gate = fp4rl_arena_f32(&step, N * I), *up = fp4rl_arena_f32(&step, N * I), *h = fp4rl_arena_f32(&step, N * I);
-    float *xh = use_hidx ? fp4rl_arena_f32(&step, Nh * C) : x, *lnh = use_hidx ? fp4rl_arena_f32(&step, Nh * C) : ln;
-    float *rstdh = fp4rl_arena_f32(&step, Nh), *logits = fp4rl_arena_f32(&step, Nh * V), *d_slogp = fp4rl_arena_f32(&step, Nh);
-    int32_t *d_samp = fp4rl_arena_alloc(&step, Nh, sizeof(int32_t));
-    fp4rl_status st = step.st;
-    if (st) goto out;
+    float *x = fp4rl_arena_f32(step, N * C), *ln = fp4rl_arena_f32(step, N * C), *rstd = fp4rl_arena_f32(step, N);
+    float *q = fp4rl_arena_f32(step, N * QD), *k = fp4rl_arena_f32(step, N * KD), *v = fp4rl_arena_f32(step, N * KD);
+    float *att = fp4rl_arena_f32(step, N * QD), *o = fp4rl_arena_f32(step, N * C), *x1 = fp4rl_arena_f32(step, N * C);
+    float *gate = fp4rl_arena_f32(step, N * I), *up = fp4rl_arena_f32(step, N * I), *h = fp4rl_arena_f32(step, N * I);
+    float *xh = use_hidx ? fp4rl_arena_f32(step, Nh * C) : x, *lnh = use_hidx ? fp4rl_arena_f32(step, Nh * C) : ln;
+    float *rstdh = fp4rl_arena_f32(step, Nh), *logits = fp4rl_arena_f32(step, Nh * V);
+    fp4rl_status st = step->st;
+    if (st) return st;
     const int32_t *d_tok = d, *d_pos = d + N, *d_kvrow = d + 2 * N, *d_seg = d + 3 * N, *d_hidx = d + 7 * N;
     const int32_t *d_steps = d_hidx + Nh, *d_seqs = d_steps + Nh;
-#define TRY(call) do { if ((st = (call)) != FP4RL_OK) goto out; } while (0)
+#define TRY(call) do { if ((st = (call)) != FP4RL_OK) return st; } while (0)
 #define W(l, k) fp4rl_model_w(m, fp4rl_model_lp((int)(l), k))
 /* xs: a fused activation operand shared with the previous linear on the same input, or NULL */
 #define LIN(s, r, y, xin, bias, IN, OUT, xs)                                                                          \
     ((s) == &e->s_qk ? e->f_qk.on : e->f_blk.on)                                                                      \
-        ? fast_linear(m, &step, (s) == &e->s_qk ? &e->f_qk : &e->f_blk, y, xin, e->wb[l * R_COUNT + (r)], bias, N, IN, \
+        ? fast_linear(m, step, (s) == &e->s_qk ? &e->f_qk : &e->f_blk, y, xin, e->wb[l * R_COUNT + (r)], bias, N, IN, \
                       OUT, e->counts64 + (l * R_COUNT + (r)) * 2, xs)                                                   \
-        : fp4rl_rollout_linear(m, &step, s, resq, y, xin, e->wq[l * R_COUNT + (r)], bias, N, IN, OUT,                  \
+        : fp4rl_rollout_linear(m, step, s, resq, y, xin, e->wq[l * R_COUNT + (r)], bias, N, IN, OUT,                  \
                                e->counts + (l * R_COUNT + (r)) * 2)
-    TRY(ctx->be->upload(ctx, d, rb->h, (size_t)(N * 7 + Nh * 3) * sizeof(int32_t)));
     TRY(ops->embedding_forward(ctx, x, d_tok, fp4rl_model_w(m, fp4rl_model_p_embed()), N, V, C));
     for (int64_t l = 0; l < L; l++) {
         TRY(ops->rmsnorm_forward(ctx, ln, rstd, x, W(l, FP4RL_LP_LN1), N, C, eps));
         /* q, k, v read one input: one fused activation operand when their numerics agree */
-        const uint16_t *xs = e->share_qkv ? fast_act(m, &step, &e->f_qk, ln, N, C, e->counts64 + l * R_COUNT * 2) : NULL;
-        if (e->share_qkv && !xs) TRY(step.st);
+        const uint16_t *xs = e->share_qkv ? fast_act(m, step, &e->f_qk, ln, N, C, e->counts64 + l * R_COUNT * 2) : NULL;
+        if (e->share_qkv && !xs) TRY(step->st);
         TRY(LIN(&e->s_qk, R_Q, q, ln, W(l, FP4RL_LP_Q_B), C, QD, xs));
         TRY(LIN(&e->s_qk, R_K, k, ln, W(l, FP4RL_LP_K_B), C, KD, xs));
         TRY(LIN(&e->s_blk, R_V, v, ln, W(l, FP4RL_LP_V_B), C, KD, xs));
@@ -343,12 +354,12 @@ static fp4rl_status forward_sample(engine *e, const fp4rl_rollout_cfg *cfg, cons
         TRY(ops->rope_forward(ctx, k, k, d_pos, N, Hkv, D, theta));
         TRY(ops->kv_store(ctx, e->kc[l], e->kv_bf16, k, d_kvrow, N, KD));
         TRY(ops->kv_store(ctx, e->vc[l], e->kv_bf16, v, d_kvrow, N, KD));
-        TRY(ops->attention_rows(ctx, att, q, e->kc[l], e->vc[l], e->kv_bf16, d_seg, N, Hq, Hkv, D, e->att_nm));
+        TRY(ops->attention_rows(ctx, att, q, e->kc[l], e->vc[l], e->kv_bf16, d_seg, N, e->max_keys, Hq, Hkv, D, e->att_nm));
         TRY(LIN(&e->s_blk, R_O, o, att, NULL, QD, C, NULL));
         TRY(ops->residual_forward(ctx, x1, x, o, N * C));
         TRY(ops->rmsnorm_forward(ctx, ln, rstd, x1, W(l, FP4RL_LP_LN2), N, C, eps));
-        xs = e->f_blk.on ? fast_act(m, &step, &e->f_blk, ln, N, C, e->counts64 + (l * R_COUNT + R_GATE) * 2) : NULL;
-        if (e->f_blk.on && !xs) TRY(step.st);
+        xs = e->f_blk.on ? fast_act(m, step, &e->f_blk, ln, N, C, e->counts64 + (l * R_COUNT + R_GATE) * 2) : NULL;
+        if (e->f_blk.on && !xs) TRY(step->st);
         TRY(LIN(&e->s_blk, R_GATE, gate, ln, NULL, C, I, xs));
         TRY(LIN(&e->s_blk, R_UP, up, ln, NULL, C, I, xs));
         TRY(ops->swiglu_forward(ctx, h, gate, up, N * I));
@@ -360,19 +371,50 @@ static fp4rl_status forward_sample(engine *e, const fp4rl_rollout_cfg *cfg, cons
     if (use_hidx) TRY(ops->gather_rows(ctx, xh, x, d_hidx, Nh, C));
     TRY(ops->rmsnorm_forward(ctx, lnh, rstdh, xh, fp4rl_model_w(m, fp4rl_model_p_norm(m)), Nh, C, eps));
     if (e->f_head.on) {
-        TRY(fast_linear(m, &step, &e->f_head, logits, lnh, e->whead_b, NULL, Nh, C, V, NULL, NULL));
+        TRY(fast_linear(m, step, &e->f_head, logits, lnh, e->whead_b, NULL, Nh, C, V, NULL, NULL));
     } else {
         if (e->s_head.mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUM_BF16) TRY(ops->round_bf16(ctx, lnh, lnh, Nh * C));
         TRY(ops->linear_forward(ctx, logits, lnh, e->whead, NULL, Nh, C, V));
     }
     TRY(ops->sample_rows(ctx, d_samp, d_slogp, logits, Nh, V, cfg->temperature, cfg->top_k, cfg->top_p, cfg->seed,
                          cfg->offset, cfg->row0, d_steps, d_seqs));
-    TRY(ctx->be->download(ctx, sampled, d_samp, (size_t)Nh * sizeof(int32_t)));
-    TRY(ctx->be->download(ctx, slogp, d_slogp, (size_t)Nh * sizeof(float)));
 #undef TRY
 #undef W
 #undef LIN
-out:
+    return FP4RL_OK;
+}
+
+/* A step's device buffers: the packed row arrays and the sampled tokens and log-probs. */
+typedef struct step_io {
+    int32_t *d, *d_samp;
+    float *d_slogp;
+} step_io;
+
+static fp4rl_status io_alloc(fp4rl_arena *a, step_io *io, int64_t N, int64_t Nh)
+{
+    io->d = fp4rl_arena_alloc(a, N * 7 + Nh * 3, sizeof(int32_t));
+    io->d_samp = fp4rl_arena_alloc(a, Nh, sizeof(int32_t));
+    io->d_slogp = fp4rl_arena_f32(a, Nh);
+    return a->st;
+}
+
+static fp4rl_status io_download(fp4rl_context *ctx, const step_io *io, int64_t Nh, int32_t *sampled, float *slogp)
+{
+    fp4rl_status st = ctx->be->download(ctx, sampled, io->d_samp, (size_t)Nh * sizeof(int32_t));
+    return st ? st : ctx->be->download(ctx, slogp, io->d_slogp, (size_t)Nh * sizeof(float));
+}
+
+/* forward_core run at once: sampled[i], slogp[i] (host) for head row i. */
+static fp4rl_status forward_sample(engine *e, const fp4rl_rollout_cfg *cfg, const rows_batch *rb, int use_hidx,
+                                   int32_t *sampled, float *slogp)
+{
+    fp4rl_context *ctx = e->m->ctx;
+    fp4rl_arena step = {.ctx = ctx};
+    step_io io;
+    fp4rl_status st = io_alloc(&step, &io, rb->N, rb->Nh);
+    if (!st) st = ctx->be->upload(ctx, io.d, rb->h, (size_t)(rb->N * 7 + rb->Nh * 3) * sizeof(int32_t));
+    if (!st) st = forward_core(e, cfg, &step, rb->N, rb->Nh, use_hidx, io.d, io.d_samp, io.d_slogp);
+    if (!st) st = io_download(ctx, &io, rb->Nh, sampled, slogp);
     fp4rl_arena_free(&step);
     return st;
 }
@@ -390,6 +432,95 @@ static void record(const fp4rl_rollout_cfg *cfg, fp4rl_rollout_result *res, int 
     } else if (n + 1 == cfg->max_new) {
         done[b] = 1;
     }
+}
+
+/* ---- decode steps as CUDA graphs ----
+ * A step's row count is rounded up to a bucket and the extra rows are pad rows: token 0 at
+ * position 0, attending only to itself in a cache row of its own, sampled and ignored. Every op
+ * is row-local, so they change no real row; their underflow counts are those of one pad row
+ * (measured once, pad_measure) times the pad rows run, taken off at the end. The active count
+ * only falls, so one graph lives at a time: a bucket's first step runs eagerly (the allocator
+ * then holds its block sizes), its second is recorded, and the rest replay it. */
+static int64_t bucket(int64_t n, int64_t B)
+{
+    const int64_t q = n <= 64 ? 8 : n <= 256 ? 32 : 64, r = (n + q - 1) / q * q;
+    return r < B ? r : B;
+}
+
+static void pad_rows(const engine *e, rows_batch *rb, int64_t i)
+{
+    rb->tok[i] = rb->pos[i] = rb->steps[i] = rb->seqs[i] = 0;
+    rb->kvrow[i] = rb->seg[4 * i] = (int32_t)e->pad_row;
+    rb->seg[4 * i + 1] = 1;
+    rb->seg[4 * i + 2] = rb->seg[4 * i + 3] = 0;
+}
+
+typedef struct step_graph {
+    int64_t rows; /* its bucket; 0 before the first */
+    void *g;      /* the recorded step, NULL until the bucket's second step */
+    fp4rl_arena a; /* the buffers it addresses */
+    step_io io;
+} step_graph;
+
+static void graph_free(fp4rl_context *ctx, step_graph *sg)
+{
+    if (sg->g) ctx->be->graph_destroy(ctx, sg->g);
+    fp4rl_arena_free(&sg->a);
+    sg->g = NULL;
+    sg->rows = 0;
+}
+
+static fp4rl_status decode_step(engine *e, const fp4rl_rollout_cfg *cfg, const rows_batch *rb, step_graph *sg,
+                                int32_t *sampled, float *slogp)
+{
+    fp4rl_context *ctx = e->m->ctx;
+    if (!sg) return forward_sample(e, cfg, rb, 0, sampled, slogp);
+    if (sg->rows != rb->N) {
+        graph_free(ctx, sg);
+        sg->rows = rb->N;
+        return forward_sample(e, cfg, rb, 0, sampled, slogp);
+    }
+    fp4rl_status st = FP4RL_OK;
+    if (!sg->g) {
+        st = io_alloc(&sg->a, &sg->io, rb->N, rb->N);
+        if (!st) st = ctx->be->graph_begin(ctx);
+        if (!st) {
+            st = forward_core(e, cfg, &sg->a, rb->N, rb->N, 0, sg->io.d, sg->io.d_samp, sg->io.d_slogp);
+            const fp4rl_status end = ctx->be->graph_end(ctx, &sg->g); /* ends the capture in any case */
+            if (!st) st = end;
+        }
+        if (st) return st;
+    }
+    st = ctx->be->upload(ctx, sg->io.d, rb->h, (size_t)(rb->N * 10) * sizeof(int32_t));
+    if (!st) st = ctx->be->graph_launch(ctx, sg->g);
+    return st ? st : io_download(ctx, &sg->io, rb->N, sampled, slogp);
+}
+
+/* One pad row's underflow counts: a forward of it alone, before anything else is counted. */
+static fp4rl_status pad_measure(engine *e, const fp4rl_rollout_cfg *cfg)
+{
+    fp4rl_context *ctx = e->m->ctx;
+    const int64_t n = e->m->cfg.num_hidden_layers * R_COUNT * 2;
+    int32_t tok;
+    float lp;
+    rows_batch rb;
+    unsigned long long *h64 = malloc((size_t)n * sizeof *h64);
+    e->pad_counts = calloc((size_t)(2 * n), sizeof(float));
+    fp4rl_status st = h64 && e->pad_counts ? rows_alloc(&rb, 1, 1) : fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
+    if (st) {
+        free(h64);
+        return st;
+    }
+    pad_rows(e, &rb, 0);
+    st = forward_sample(e, cfg, &rb, 0, &tok, &lp);
+    if (!st) st = ctx->be->download(ctx, e->pad_counts, e->counts, (size_t)n * sizeof(float));
+    if (!st) st = ctx->be->download(ctx, h64, e->counts64, (size_t)n * sizeof *h64);
+    for (int64_t i = 0; i < n; i++) e->pad_counts[n + i] = (float)h64[i]; /* small integers: exact */
+    if (!st) st = ctx->be->memset0(ctx, e->counts, (size_t)n * sizeof(float));
+    if (!st) st = ctx->be->memset0(ctx, e->counts64, (size_t)n * sizeof *h64);
+    free(rb.h);
+    free(h64);
+    return st;
 }
 
 /* The lockstep schedule (row-coupled numerics): every sequence every step t at position t, fed its
@@ -436,7 +567,7 @@ static fp4rl_status run_batched(engine *e, const fp4rl_rollout_cfg *cfg, const i
                                 float *slogp)
 {
     const int64_t G = cfg->group, B = P * G, cb = (int64_t)offsets[P];
-    fp4rl_status st = FP4RL_OK;
+    fp4rl_status st = e->graphs ? pad_measure(e, cfg) : FP4RL_OK;
     /* 2. prefill */
     for (int64_t p0 = 0; !st && p0 < P;) {
         int64_t p1 = p0 + 1;
@@ -468,12 +599,15 @@ static fp4rl_status run_batched(engine *e, const fp4rl_rollout_cfg *cfg, const i
         p0 = p1;
     }
     /* 3. decode: the sequences still running, each at its own position */
+    step_graph sg = {0};
+    sg.a.ctx = e->m->ctx;
     while (!st) {
         int64_t n = 0;
         for (int64_t b = 0; b < B; b++) n += !done[b];
         if (!n) break;
+        const int64_t nb = e->graphs ? bucket(n, B) : n;
         rows_batch rb;
-        if ((st = rows_alloc(&rb, n, n))) break;
+        if ((st = rows_alloc(&rb, nb, nb))) break;
         for (int64_t i = 0, b = 0; b < B; b++) {
             if (done[b]) continue;
             const int64_t p = b / G, plen = (int64_t)(offsets[p + 1] - offsets[p]), fed = res->lengths[b];
@@ -486,11 +620,14 @@ static fp4rl_status run_batched(engine *e, const fp4rl_rollout_cfg *cfg, const i
             rb.seg[4 * i + 3] = (int32_t)fed;
             rb.seqs[i++] = (int32_t)b;
         }
+        for (int64_t i = n; i < nb; i++) pad_rows(e, &rb, i);
+        e->pad_rowsteps += nb - n;
         res->decode_steps++;
-        st = forward_sample(e, cfg, &rb, 0, sampled, slogp);
+        st = decode_step(e, cfg, &rb, e->graphs ? &sg : NULL, sampled, slogp);
         for (int64_t i = 0; !st && i < n; i++) record(cfg, res, done, rb.seqs[i], sampled[i], slogp[i]);
         free(rb.h);
     }
+    graph_free(e->m->ctx, &sg);
     return st;
 }
 
@@ -504,6 +641,10 @@ static fp4rl_status finish_counts(engine *e, fp4rl_rollout_result *res)
     fp4rl_status st = hc && h64 ? FP4RL_OK : fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
     if (!st) st = ctx->be->download(ctx, hc, e->counts, (size_t)n * sizeof(float));
     if (!st) st = ctx->be->download(ctx, h64, e->counts64, (size_t)n * sizeof(unsigned long long));
+    for (int64_t i = 0; !st && e->pad_counts && i < n; i++) { /* the pad rows' share */
+        hc[i] -= (float)e->pad_rowsteps * e->pad_counts[i];
+        h64[i] -= (unsigned long long)e->pad_rowsteps * (unsigned long long)e->pad_counts[n + i];
+    }
     for (int64_t l = 0; !st && l < L; l++) { /* a shared operand was counted once: for each of its readers */
         unsigned long long *c = h64 + l * R_COUNT * 2;
         for (int j = 0; j < 2; j++) {
@@ -559,7 +700,7 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
                         (long long)kv_rows, (long long)B);
         goto out;
     }
-    if (cfg->max_new > 0) st = engine_init(&e, m, kv_rows > 0 ? kv_rows : 1);
+    if (cfg->max_new > 0) st = engine_init(&e, m, kv_rows, Tmax);
     res->fused_linears = L * (5 * e.f_blk.on + 2 * e.f_qk.on) + e.f_head.on;
     if (!st && cfg->max_new > 0)
         st = lockstep ? run_lockstep(&e, cfg, prompts, offsets, B, Tmax, res, done, sampled, slogp)

@@ -132,6 +132,14 @@ typedef struct fp4rl_backend {
     /* Optional (NULL: work is done when a call returns). Waits until the context's queued work is
      * done (before caller memory is handed back through a wrapped tensor's release). */
     fp4rl_status (*synchronize)(fp4rl_context *ctx);
+    /* Optional (NULL: no graphs, the CPU). The context's work between graph_begin and graph_end is
+     * recorded into *graph instead of run (CUDA stream capture); graph_launch runs it again, on the
+     * same buffers, in stream order; graph_destroy frees it. Between begin and end no op may
+     * synchronize with the host (no download) and the buffers used must outlive the graph. */
+    fp4rl_status (*graph_begin)(fp4rl_context *ctx);
+    fp4rl_status (*graph_end)(fp4rl_context *ctx, void **graph);
+    fp4rl_status (*graph_launch)(fp4rl_context *ctx, void *graph);
+    void (*graph_destroy)(fp4rl_context *ctx, void *graph);
 } fp4rl_backend;
 
 /* A block of device memory that views keep alive (core/tensor/tensor_wrap.c). */
