@@ -9,11 +9,14 @@
  * runs both.
  *   fp4rl_scale_bench CONFIG.json [--numerics bf16|hif4] [--prompts P] [--group G]
  *                     [--prompt-len L] [--new-tokens N] [--steps S] [--cpu] [--train-only | --rollout-only]
+ *                     [--moments fp32|bf16]
  * --train-only: no rollout; each step is the trainer's work on P*G random sequences of L + N
  * tokens through the model ABI: their log-probs (log pi_old) and one supervised train step
  * (forward, backward, AdamW). What to profile the trainer with (tools/kprof.cpp).
  * --rollout-only: each step is fp4rl_rl_session_rollout alone (weight sync, prefill, decode); what
  * to profile the rollout engine with.
+ * --moments bf16: AdamW moments in BF16 (FP4RL_MP_OPTIMIZER_MOMENTS = 1, set right after the
+ * model is made; bench/RESULTS.md "7B on one H200: memory budget").
  * A failing call is a result, not a crash: the line then has "ok": false, the status and the
  * library's message, and the exit status is still 0 (2 only for bad command-line arguments).
  */
@@ -109,7 +112,7 @@ static void print_num(const char *key, double v, int have)
 
 typedef struct result {
     char model[256];
-    const char *numerics, *device;
+    const char *numerics, *device, *moments;
     size_t prompts, group, prompt_len, new_tokens;
     int steps;
     double create_s, rollout_s, train_s, step_s, reward_mean;
@@ -126,8 +129,8 @@ static void print_result(const result *r)
     const double seqs = (double)r->prompts * (double)r->group;
     printf("{\"impl\": \"fp4rl\", \"model\": ");
     print_json_string(r->model);
-    printf(", \"numerics\": \"%s\", \"device\": \"%s\", \"ok\": %s", r->numerics, r->device,
-           r->failed_call ? "false" : "true");
+    printf(", \"numerics\": \"%s\", \"moments\": \"%s\", \"device\": \"%s\", \"ok\": %s", r->numerics, r->moments,
+           r->device, r->failed_call ? "false" : "true");
     printf(", \"prompts\": %zu, \"group\": %zu, \"batch\": %.0f, \"prompt_len\": %zu, \"new_tokens\": %zu, \"steps\": %d",
            r->prompts, r->group, seqs, r->prompt_len, r->new_tokens, r->steps);
     print_num("create_s", r->create_s, r->have_create);
@@ -165,7 +168,7 @@ static int usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s CONFIG.json [--numerics bf16|hif4] [--prompts P] [--group G] [--prompt-len L]\n"
-            "       [--new-tokens N] [--steps S] [--cpu] [--train-only | --rollout-only]\n",
+            "       [--new-tokens N] [--steps S] [--cpu] [--train-only | --rollout-only] [--moments fp32|bf16]\n",
             argv0);
     return 2;
 }
@@ -181,7 +184,7 @@ static int parse_size(const char *s, size_t *out)
 
 int main(int argc, char **argv)
 {
-    result r = {.numerics = "bf16", .prompts = 16, .group = 8, .prompt_len = 128, .new_tokens = 256, .steps = 2};
+    result r = {.numerics = "bf16", .moments = "fp32", .prompts = 16, .group = 8, .prompt_len = 128, .new_tokens = 256, .steps = 2};
     const char *config_path = NULL;
     int cpu = 0, train_only = 0, rollout_only = 0;
     for (int i = 1; i < argc; i++) {
@@ -191,6 +194,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--train-only")) train_only = 1;
         else if (!strcmp(a, "--rollout-only")) rollout_only = 1;
         else if (!strcmp(a, "--numerics") && v && (!strcmp(v, "bf16") || !strcmp(v, "hif4"))) r.numerics = argv[++i];
+        else if (!strcmp(a, "--moments") && v && (!strcmp(v, "fp32") || !strcmp(v, "bf16"))) r.moments = argv[++i];
         else if (!strcmp(a, "--prompts") && v && !parse_size(v, &r.prompts)) i++;
         else if (!strcmp(a, "--group") && v && !parse_size(v, &r.group)) i++;
         else if (!strcmp(a, "--prompt-len") && v && !parse_size(v, &r.prompt_len)) i++;
@@ -229,6 +233,7 @@ int main(int argc, char **argv)
     }
     const double t0 = now();
     TRY(&r, fp4rl_model_create(&model, ctx, config, policy, 1234));
+    if (!strcmp(r.moments, "bf16")) TRY(&r, fp4rl_model_set_hparam(model, FP4RL_MP_OPTIMIZER_MOMENTS, 1));
     r.create_s = now() - t0;
     r.have_create = 1;
 

@@ -151,6 +151,11 @@ FP4RL_CUDA_OP(adamw_update, float *params, const float *grads, float *m, float *
               double beta2, double eps, double weight_decay, int64_t t);
 FP4RL_CUDA_OP(adamw_check, float *bad, const float *params, const float *grads, const float *m, const float *v, int64_t n,
               double lr, double beta1, double beta2, double eps, double weight_decay, int64_t t);
+FP4RL_CUDA_OP(adamw_update_bf16, float *params, const float *grads, uint16_t *m, uint16_t *v, int64_t n, double lr,
+              double beta1, double beta2, double eps, double weight_decay, int64_t t, uint64_t seed, uint64_t offset);
+FP4RL_CUDA_OP(adamw_check_bf16, float *bad, const float *params, const float *grads, const uint16_t *m, const uint16_t *v,
+              int64_t n, double lr, double beta1, double beta2, double eps, double weight_decay, int64_t t, uint64_t seed,
+              uint64_t offset);
 FP4RL_CUDA_OP(grad_norm, float *norm, const float *g, int64_t n);
 FP4RL_CUDA_OP(init_normal, float *dst, int64_t k0, int64_t n, uint64_t seed);
 FP4RL_CUDA_OP(grad_clip, float *g, int64_t n, const float *norm, float max_norm);

@@ -1,5 +1,5 @@
 /*
- * ops_optim.cu - AdamW and its dry run, the global gradient norm and its clipping on the GPU.
+ * ops_optim.cu - AdamW (FP32 or BF16 moments) and its dry run, the global gradient norm and its clipping on the GPU.
  * AdamW is core/backend/adamw_math.h's element step, as on the CPU (IEEE sqrt and division, no
  * FMA), so it is bitwise the CPU's. The norm is a two-stage fixed-order double sum (deterministic).
  */
@@ -31,6 +31,29 @@ __global__ void adamw_check_k(float *bad, const float *params, const float *grad
     int any = 0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         any |= fp4rl_adamw_elem_bad(&k, grads[i], params[i], m[i], v[i]);
+    if (__syncthreads_or(any) && threadIdx.x == 0) bad[0] = 1.0f;
+}
+
+/* the same with BF16 moments (adamw_math.h: the FP32 step, then stochastic rounding of m and v) */
+__global__ void adamw_bf16_k(float *params, const float *grads, uint16_t *m, uint16_t *v, int64_t n, fp4rl_adamw_k k,
+                             uint64_t seed, uint64_t offset)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float p = params[i];
+        uint16_t mi = m[i], vi = v[i];
+        fp4rl_adamw_elem_bf16(&k, grads[i], &p, &mi, &vi, seed, offset, (uint64_t)i);
+        params[i] = p;
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+__global__ void adamw_check_bf16_k(float *bad, const float *params, const float *grads, const uint16_t *m, const uint16_t *v,
+                                   int64_t n, fp4rl_adamw_k k, uint64_t seed, uint64_t offset)
+{
+    int any = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        any |= fp4rl_adamw_elem_bf16_bad(&k, grads[i], params[i], m[i], v[i], seed, offset, (uint64_t)i);
     if (__syncthreads_or(any) && threadIdx.x == 0) bad[0] = 1.0f;
 }
 
@@ -98,6 +121,32 @@ fp4rl_status fp4rl_cuda_adamw_check(fp4rl_context *ctx, float *bad, const float 
     const fp4rl_adamw_k k = fp4rl_adamw_constants(lr, beta1, beta2, eps, weight_decay, t);
     adamw_check_k<<<ew_grid(n), 256, 0, s>>>(bad, params, grads, m, v, n, k);
     return fp4rl_cuda_check_launch(ctx, "adamw_check");
+}
+
+fp4rl_status fp4rl_cuda_adamw_update_bf16(fp4rl_context *ctx, float *params, const float *grads, uint16_t *m, uint16_t *v,
+                                          int64_t n, double lr, double beta1, double beta2, double eps, double weight_decay,
+                                          int64_t t, uint64_t seed, uint64_t offset)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    const fp4rl_adamw_k k = fp4rl_adamw_constants(lr, beta1, beta2, eps, weight_decay, t);
+    adamw_bf16_k<<<ew_grid(n), 256, 0, s>>>(params, grads, m, v, n, k, seed, offset);
+    return fp4rl_cuda_check_launch(ctx, "adamw_update_bf16");
+}
+
+fp4rl_status fp4rl_cuda_adamw_check_bf16(fp4rl_context *ctx, float *bad, const float *params, const float *grads,
+                                         const uint16_t *m, const uint16_t *v, int64_t n, double lr, double beta1,
+                                         double beta2, double eps, double weight_decay, int64_t t, uint64_t seed,
+                                         uint64_t offset)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    if (cudaMemsetAsync(bad, 0, sizeof(float), s) != cudaSuccess) return fp4rl_cuda_check_launch(ctx, "adamw_check_bf16 (zero)");
+    const fp4rl_adamw_k k = fp4rl_adamw_constants(lr, beta1, beta2, eps, weight_decay, t);
+    adamw_check_bf16_k<<<ew_grid(n), 256, 0, s>>>(bad, params, grads, m, v, n, k, seed, offset);
+    return fp4rl_cuda_check_launch(ctx, "adamw_check_bf16");
 }
 
 fp4rl_status fp4rl_cuda_init_normal(fp4rl_context *ctx, float *dst, int64_t k0, int64_t n, uint64_t seed)

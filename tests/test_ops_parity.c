@@ -171,6 +171,39 @@ START_TEST(test_elementwise)
     OKG(G->adamw_check(gpu, dbad, dp, dg, dm, dv, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 4));
     ck_assert(bad[1] == 1.0f);
     cmp("adamw_check (non-finite)", dbad, &bad[1], 1, 0);
+    /* BF16 moments: the FP32 step, then stochastic rounding with fp4rl_sr_uniform's uniforms, so
+     * the parameters and the moments' bits are the CPU's; two steps, the second from the first's
+     * rounded moments (n odd: a partial Philox block at the end) */
+    {
+        float *pb = rnd(n, 1), *gb16 = rnd(n, 0.1f);
+        uint16_t *mb = malloc(n * 2), *vb = malloc(n * 2);
+        for (int64_t i = 0; i < n; i++) mb[i] = fp4rl_f32_to_bf16(0.01f * frand()), vb[i] = fp4rl_f32_to_bf16(0.001f * fabsf(frand()));
+        float *dpb = upf(pb, n), *dgb16 = upf(gb16, n);
+        uint16_t *dmb = up(mb, n * 2), *dvb = up(vb, n * 2);
+        for (int64_t t = 1; t <= 2; t++) {
+            C->adamw_update_bf16(cpu, pb, gb16, mb, vb, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, t, 0x5eedull, 0xada0000000000000ull + t);
+            OKG(G->adamw_update_bf16(gpu, dpb, dgb16, dmb, dvb, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, t, 0x5eedull, 0xada0000000000000ull + t));
+        }
+        cmp("adamw_update_bf16 params", dpb, pb, n, 0);
+        uint16_t *gm = down(dmb, n * 2), *gv = down(dvb, n * 2);
+        ck_assert_msg(memcmp(gm, mb, n * 2) == 0, "adamw_update_bf16: the GPU's BF16 m differs from the CPU's");
+        ck_assert_msg(memcmp(gv, vb, n * 2) == 0, "adamw_update_bf16: the GPU's BF16 v differs from the CPU's");
+        printf("  %-34s bit-identical\n", "adamw_update_bf16 m, v");
+        float bb[2] = {7, 7};
+        C->adamw_check_bf16(cpu, &bb[0], pb, gb16, mb, vb, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 3, 0x5eedull, 3);
+        OKG(G->adamw_check_bf16(gpu, dbad, dpb, dgb16, dmb, dvb, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 3, 0x5eedull, 3));
+        ck_assert(bb[0] == 0.0f);
+        cmp("adamw_check_bf16 (finite)", dbad, &bb[0], 1, 0);
+        gb16[n - 1] = 1e30f; /* its square overflows v */
+        dfree(dgb16);
+        dgb16 = upf(gb16, n);
+        C->adamw_check_bf16(cpu, &bb[1], pb, gb16, mb, vb, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 3, 0x5eedull, 3);
+        OKG(G->adamw_check_bf16(gpu, dbad, dpb, dgb16, dmb, dvb, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, 3, 0x5eedull, 3));
+        ck_assert(bb[1] == 1.0f);
+        cmp("adamw_check_bf16 (non-finite)", dbad, &bb[1], 1, 0);
+        free(pb), free(gb16), free(mb), free(vb), free(gm), free(gv);
+        dfree(dpb), dfree(dgb16), dfree(dmb), dfree(dvb);
+    }
     dfree(dbad);
     /* the random init: bit-identical, odd offset and length */
     const int64_t ni = 1000003;

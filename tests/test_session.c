@@ -17,6 +17,8 @@
 #include <cjson/cJSON.h>
 
 #include "addition_task.h"
+#include "format/formats.h"
+#include "io/safetensors.h"
 #include "rl/rollout.h"
 #include "rl/session.h"
 
@@ -422,6 +424,28 @@ START_TEST(test_rl_raises_reward)
 }
 END_TEST
 
+/* A resume's fresh process state: another context, with another seed, in place of the first
+ * (returned); end_resume destroys both runs and puts the first context back. */
+static fp4rl_context *fresh_context(void)
+{
+    fp4rl_context *first = ctx;
+    ck_assert_int_eq(fp4rl_context_create(&ctx, FP4RL_DEVICE_CPU, 0), FP4RL_OK);
+    fp4rl_context_set_seed(ctx, 999);
+    return first;
+}
+
+static void end_resume(fp4rl_context *first, fp4rl_rl_session *s2, fp4rl_model *m2, fp4rl_rl_session *s, fp4rl_model *m,
+                       fp4rl_quant_policy *p)
+{
+    fp4rl_rl_session_destroy(s2);
+    fp4rl_model_destroy(m2);
+    fp4rl_context_destroy(ctx);
+    ctx = first;
+    fp4rl_rl_session_destroy(s);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+
 /* Save after step 1; an uninterrupted run of steps 2-3 and a resumed one are bit-identical. */
 START_TEST(test_checkpoint_resume)
 {
@@ -445,9 +469,7 @@ START_TEST(test_checkpoint_resume)
     ck_assert_int_eq(fp4rl_rl_session_metrics_json(s, want_json, sizeof want_json, NULL), FP4RL_OK);
 
     /* a fresh process state: another context with other seeds, another model init */
-    fp4rl_context *ctx0 = ctx;
-    fp4rl_context_create(&ctx, FP4RL_DEVICE_CPU, 0);
-    fp4rl_context_set_seed(ctx, 999);
+    fp4rl_context *ctx0 = fresh_context();
     fp4rl_quant_policy *p0 = policy(FP4RL_PRESET_DEFAULT, FP4RL_NUMERICS_BF16, FP4RL_NUMERICS_BF16, FP4RL_RESQ_OFF);
     fp4rl_rl_session *s2 = new_session(&m2, p0, 123);
     ck_assert_msg(fp4rl_rl_session_load(s2, ck) == FP4RL_OK, "%s", fp4rl_last_error());
@@ -473,19 +495,14 @@ START_TEST(test_checkpoint_resume)
     ck_assert_mem_eq(got, still, (size_t)m->total * sizeof(float));
     rm_rf(dir);
     free(want); free(got); free(still);
-    fp4rl_rl_session_destroy(s2);
-    fp4rl_model_destroy(m2);
     fp4rl_quant_policy_destroy(p0);
-    fp4rl_context_destroy(ctx);
-    ctx = ctx0;
-    fp4rl_rl_session_destroy(s);
-    fp4rl_model_destroy(m);
-    fp4rl_quant_policy_destroy(p);
+    end_resume(ctx0, s2, m2, s, m, p);
 }
 END_TEST
 
-/* Rewrites the "session_params" array of dir/state.json to its first n entries. */
-static void truncate_session_params(const char *dir, int n)
+/* Rewrites dir/state.json: array `key` to its first n entries (n >= 0), else string `key` to
+ * `value` (NULL: removed). */
+static void rewrite_state(const char *dir, const char *key, int n, const char *value)
 {
     char path[700];
     snprintf(path, sizeof path, "%s/state.json", dir);
@@ -496,8 +513,10 @@ static void truncate_session_params(const char *dir, int n)
     fclose(f);
     cJSON *root = cJSON_ParseWithLength(text, len);
     ck_assert_ptr_nonnull(root);
-    cJSON *hp = cJSON_GetObjectItemCaseSensitive(root, "session_params");
-    while (cJSON_GetArraySize(hp) > n) cJSON_DeleteItemFromArray(hp, cJSON_GetArraySize(hp) - 1);
+    cJSON *hp = cJSON_GetObjectItemCaseSensitive(root, key);
+    while (n >= 0 && cJSON_GetArraySize(hp) > n) cJSON_DeleteItemFromArray(hp, cJSON_GetArraySize(hp) - 1);
+    if (n < 0) cJSON_DeleteItemFromObjectCaseSensitive(root, key);
+    if (n < 0 && value) cJSON_AddStringToObject(root, key, value);
     char *out = cJSON_Print(root);
     f = fopen(path, "wb");
     fputs(out, f);
@@ -533,7 +552,7 @@ START_TEST(test_checkpoint_before_allreduce_param)
     ck_assert_int_eq(fp4rl_rl_session_get(s2, FP4RL_RL_ALLREDUCE_BF16, &v), FP4RL_OK);
     ck_assert_double_eq(v, 1); /* saved */
     /* an older checkpoint: 16 parameters; the 17th keeps the loading session's value */
-    truncate_session_params(ck, 16);
+    rewrite_state(ck, "session_params", 16, NULL);
     ck_assert_int_eq(fp4rl_rl_session_set(s2, FP4RL_RL_ALLREDUCE_BF16, 0), FP4RL_OK);
     ck_assert_int_eq(fp4rl_rl_session_set(s2, FP4RL_RL_LR, 0.5), FP4RL_OK);
     ck_assert_msg(fp4rl_rl_session_load(s2, ck) == FP4RL_OK, "%s", fp4rl_last_error());
@@ -542,7 +561,7 @@ START_TEST(test_checkpoint_before_allreduce_param)
     ck_assert_int_eq(fp4rl_rl_session_get(s2, FP4RL_RL_LR, &v), FP4RL_OK);
     ck_assert_double_eq(v, 1e-3); /* the checkpoint's */
     /* fewer than that is corrupt */
-    truncate_session_params(ck, 15);
+    rewrite_state(ck, "session_params", 15, NULL);
     ck_assert_int_eq(fp4rl_rl_session_load(s2, ck), FP4RL_ERR_CORRUPT);
     ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "session_params"));
     rm_rf(dir);
@@ -550,6 +569,116 @@ START_TEST(test_checkpoint_before_allreduce_param)
     fp4rl_model_destroy(m2);
     fp4rl_rl_session_destroy(s);
     fp4rl_model_destroy(m);
+}
+END_TEST
+
+/* the moments of a model as host floats: [0, n) m, [n, 2n) v */
+static float *moments_of(const fp4rl_model *m)
+{
+    float *h = malloc((size_t)m->total * 2 * sizeof(float));
+    ck_assert_int_eq(fp4rl_model_moments_to_host(m, h, h + m->total), FP4RL_OK);
+    return h;
+}
+
+static double moments_setting(const fp4rl_model *m)
+{
+    double v = -1;
+    ck_assert_int_eq(fp4rl_model_get_hparam(m, FP4RL_MP_OPTIMIZER_MOMENTS, &v), FP4RL_OK);
+    return v;
+}
+
+/* BF16 optimizer moments in a checkpoint: stored as BF16, their dtype in state.json; a fresh
+ * model (FP32 moments) that loads it takes BF16 moments and resumes bit-identically; an FP32
+ * checkpoint brings FP32 moments back into a BF16 model; one written before the parameter
+ * existed (FP32 moments, 8 model parameters, no dtype) keeps the model's BF16 setting and rounds
+ * the moments to nearest; a dtype in state.json that is not the file's is corrupt. */
+START_TEST(test_checkpoint_bf16_moments)
+{
+    fp4rl_quant_policy *p = policy(FP4RL_PRESET_HIF4_RL, FP4RL_NUMERICS_FP4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_2_4);
+    fp4rl_model *m, *m2;
+    fp4rl_rl_session *s = new_session(&m, p, 8);
+    ck_assert_int_eq(fp4rl_model_set_hparam(m, FP4RL_MP_OPTIMIZER_MOMENTS, 1), FP4RL_OK);
+    char dir[] = "/tmp/fp4rl_ckpt_XXXXXX", ck[600], ck2[600], path[700];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    snprintf(ck2, sizeof ck2, "%s/ckpt_f32", dir);
+    int32_t tok[3][4 * 43];
+    size_t off[3][5];
+    for (int k = 0; k < 3; k++) prompts_for(30 + (uint64_t)k, 4, tok[k], off[k]);
+    ck_assert_int_eq(fp4rl_rl_session_step(s, tok[0], off[0], 4, sevens, NULL), FP4RL_OK);
+    ck_assert_msg(fp4rl_rl_session_save(s, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    for (int k = 1; k < 3; k++) ck_assert_int_eq(fp4rl_rl_session_step(s, tok[k], off[k], 4, sevens, NULL), FP4RL_OK);
+    float *want = all_params(m), *want_mo = moments_of(m);
+    const int64_t n = m->total;
+    /* the file: BF16 moments, and state.json says so */
+    fp4rl_st *fo;
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", ck);
+    ck_assert_int_eq(fp4rl_st_open_path(&fo, path), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_st_find(fo, "adam_m")->dtype, FP4RL_ST_BF16);
+    ck_assert_int_eq(fp4rl_st_find(fo, "adam_v")->dtype, FP4RL_ST_BF16);
+    ck_assert_uint_eq(fp4rl_st_find(fo, "adam_v")->nbytes, (size_t)n * 2);
+    fp4rl_st_close(fo);
+    snprintf(path, sizeof path, "%s/state.json", ck);
+    uint8_t *text;
+    size_t len;
+    ck_assert_int_eq(fp4rl_read_file(path, 1 << 20, &text, &len, "test"), FP4RL_OK);
+    cJSON *root = cJSON_ParseWithLength((const char *)text, len);
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(root, "optimizer_moments")->valuestring, "bf16");
+    cJSON_Delete(root);
+    free(text);
+
+    /* a fresh process state: another context, a model with FP32 moments */
+    fp4rl_context *ctx0 = fresh_context();
+    fp4rl_rl_session *s2 = new_session(&m2, NULL, 123);
+    ck_assert_double_eq(moments_setting(m2), 0);
+    ck_assert_msg(fp4rl_rl_session_load(s2, ck) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert_double_eq(moments_setting(m2), 1);
+    for (int k = 1; k < 3; k++) ck_assert_int_eq(fp4rl_rl_session_step(s2, tok[k], off[k], 4, sevens, NULL), FP4RL_OK);
+    float *got = all_params(m2), *got_mo = moments_of(m2);
+    ck_assert_mem_eq(want, got, (size_t)n * sizeof(float));
+    ck_assert_mem_eq(want_mo, got_mo, (size_t)n * 2 * sizeof(float));
+    ck_assert_int_eq(m2->step, m->step);
+
+    /* an FP32 checkpoint loaded by a BF16 model: its FP32 moments, exactly */
+    ck_assert_int_eq(fp4rl_model_set_hparam(m2, FP4RL_MP_OPTIMIZER_MOMENTS, 0), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_rl_session_step(s2, tok[0], off[0], 4, sevens, NULL), FP4RL_OK); /* moments off the BF16 grid */
+    ck_assert_msg(fp4rl_rl_session_save(s2, ck2) == FP4RL_OK, "%s", fp4rl_last_error());
+    float *f32 = moments_of(m2);
+    ck_assert_int_eq(fp4rl_model_set_hparam(m2, FP4RL_MP_OPTIMIZER_MOMENTS, 1), FP4RL_OK);
+    ck_assert_msg(fp4rl_rl_session_load(s2, ck2) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert_double_eq(moments_setting(m2), 0);
+    float *back = moments_of(m2);
+    ck_assert_mem_eq(back, f32, (size_t)n * 2 * sizeof(float));
+    /* the same checkpoint as one written before the parameter: the model's BF16 setting stays and
+     * the FP32 moments are rounded to nearest BF16 */
+    rewrite_state(ck2, "model_params", 8, NULL);
+    rewrite_state(ck2, "optimizer_moments", -1, NULL);
+    ck_assert_int_eq(fp4rl_model_set_hparam(m2, FP4RL_MP_OPTIMIZER_MOMENTS, 1), FP4RL_OK);
+    ck_assert_msg(fp4rl_rl_session_load(s2, ck2) == FP4RL_OK, "%s", fp4rl_last_error());
+    ck_assert_double_eq(moments_setting(m2), 1);
+    free(back);
+    back = moments_of(m2);
+    int64_t off_grid = 0;
+    for (int64_t i = 0; i < 2 * n; i++) {
+        ck_assert_msg(back[i] == fp4rl_round_bf16(f32[i]), "moment %lld: %.9g is not nearest BF16 of %.9g", (long long)i, back[i], f32[i]);
+        off_grid += back[i] != f32[i];
+    }
+    ck_assert_int_gt(off_grid, n); /* a real conversion */
+    /* a dtype in state.json other than the file's, or an unknown one: corrupt, nothing changes */
+    float *before = all_params(m2);
+    rewrite_state(ck2, "optimizer_moments", -1, "bf16");
+    FP4RL_EXPECT(fp4rl_rl_session_load(s2, ck2), FP4RL_ERR_CORRUPT);
+    ck_assert_msg(strstr(fp4rl_last_error(), "adam_m is F32"), "%s", fp4rl_last_error());
+    rewrite_state(ck2, "optimizer_moments", -1, "fp8");
+    FP4RL_EXPECT(fp4rl_rl_session_load(s2, ck2), FP4RL_ERR_CORRUPT);
+    ck_assert_msg(strstr(fp4rl_last_error(), "optimizer_moments"), "%s", fp4rl_last_error());
+    float *after = all_params(m2), *after_mo = moments_of(m2);
+    ck_assert_mem_eq(before, after, (size_t)n * sizeof(float));
+    ck_assert_mem_eq(back, after_mo, (size_t)n * 2 * sizeof(float));
+    ck_assert_double_eq(moments_setting(m2), 1);
+    rm_rf(dir);
+    free(want), free(want_mo), free(got), free(got_mo), free(f32), free(back), free(before), free(after), free(after_mo);
+    end_resume(ctx0, s2, m2, s, m, p);
 }
 END_TEST
 
@@ -767,6 +896,7 @@ START_TEST(test_checkpoint_bounds)
         {"session_params", FP4RL_RL_GRAD_CLIP, -1, "grad_clip"}, {"session_params", FP4RL_RL_SEED, -1, "seed"},
         {"session_params", FP4RL_RL_SEED, 1e300, "seed"}, {"session_params", FP4RL_RL_ALLREDUCE_BF16, 9, "allreduce_bf16"},
         {"model_params", FP4RL_MP_BETA1, 1.5, "beta1"}, {"model_params", FP4RL_MP_ADAM_EPS, 0, "adam_eps"},
+        {"model_params", FP4RL_MP_OPTIMIZER_MOMENTS, 2, "optimizer_moments"},
         {"session_steps", -1, 1.5, "session_steps"}, {"session_steps", -1, 1e300, "session_steps"},
         {"model_step", -1, 2.5, "model_step"}, {"stop_tokens", 0, 1.5, "stop_tokens"},
     };
@@ -938,6 +1068,7 @@ int main(void)
     tcase_add_test(tc, test_rl_raises_reward);
     tcase_add_test(tc, test_checkpoint_resume);
     tcase_add_test(tc, test_checkpoint_before_allreduce_param);
+    tcase_add_test(tc, test_checkpoint_bf16_moments);
     tcase_add_test(tc, test_save_targets);
     tcase_add_test(tc, test_metrics_append_failure);
     tcase_add_test(tc, test_checkpoint_bounds);

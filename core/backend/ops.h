@@ -156,6 +156,18 @@ typedef struct fp4rl_ops {
     fp4rl_status (*adamw_check)(fp4rl_context *ctx, float *bad, const float *params, const float *grads, const float *m,
                                 const float *v, int64_t n, double lr, double beta1, double beta2, double eps,
                                 double weight_decay, int64_t t);
+    /* adamw_update and adamw_check with the moments m, v [n] stored as BF16 bits (the model's
+     * FP4RL_MP_OPTIMIZER_MOMENTS = 1): each element's step is adamw_update's in FP32 on the widened
+     * moments, then m and v are stochastically rounded back to BF16 with the uniforms
+     * fp4rl_sr_uniform(seed, offset, 2 i) and (seed, offset, 2 i + 1) (core/backend/adamw_math.h:
+     * fp4rl_adamw_elem_bf16, which says why stochastic), so both backends write the same bits. The
+     * dry run flags a parameter, or a rounded moment, that would be non-finite. */
+    fp4rl_status (*adamw_update_bf16)(fp4rl_context *ctx, float *params, const float *grads, uint16_t *m, uint16_t *v,
+                                      int64_t n, double lr, double beta1, double beta2, double eps, double weight_decay,
+                                      int64_t t, uint64_t seed, uint64_t offset);
+    fp4rl_status (*adamw_check_bf16)(fp4rl_context *ctx, float *bad, const float *params, const float *grads,
+                                     const uint16_t *m, const uint16_t *v, int64_t n, double lr, double beta1, double beta2,
+                                     double eps, double weight_decay, int64_t t, uint64_t seed, uint64_t offset);
     /* norm[0] = sqrt(sum g^2) over one contiguous gradient buffer (keep all gradients in one
      * allocation, as llm.c does, to get the global norm). */
     fp4rl_status (*grad_norm)(fp4rl_context *ctx, float *norm, const float *g, int64_t n);

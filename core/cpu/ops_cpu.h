@@ -64,6 +64,14 @@ FP4RL_HIDDEN fp4rl_status fp4rl_cpu_adamw_update(fp4rl_context *ctx, float *para
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_adamw_check(fp4rl_context *ctx, float *bad, const float *params, const float *grads,
                                                 const float *m, const float *v, int64_t n, double lr, double beta1,
                                                 double beta2, double eps, double weight_decay, int64_t t);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_adamw_update_bf16(fp4rl_context *ctx, float *params, const float *grads, uint16_t *m,
+                                                      uint16_t *v, int64_t n, double lr, double beta1, double beta2,
+                                                      double eps, double weight_decay, int64_t t, uint64_t seed,
+                                                      uint64_t offset);
+FP4RL_HIDDEN fp4rl_status fp4rl_cpu_adamw_check_bf16(fp4rl_context *ctx, float *bad, const float *params,
+                                                     const float *grads, const uint16_t *m, const uint16_t *v, int64_t n,
+                                                     double lr, double beta1, double beta2, double eps,
+                                                     double weight_decay, int64_t t, uint64_t seed, uint64_t offset);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_init_normal(fp4rl_context *ctx, float *dst, int64_t k0, int64_t n, uint64_t seed);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_grad_norm(fp4rl_context *ctx, float *norm, const float *g, int64_t n);
 FP4RL_HIDDEN fp4rl_status fp4rl_cpu_grad_clip(fp4rl_context *ctx, float *g, int64_t n, const float *norm,

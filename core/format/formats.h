@@ -52,6 +52,18 @@ FP4RL_HD uint16_t fp4rl_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 FP4RL_HD float fp4rl_round_bf16(float f) { return fp4rl_bf16_to_f32(fp4rl_f32_to_bf16(f)); }
+/* Stochastic rounding with the uniform u in [0, 1) (fp4rl_sr_uniform's, a multiple of 2^-24):
+ * the magnitude rounds away from zero with probability (its bits below BF16's) / 2^16, so the
+ * expected result is f itself (unbiased); u * 2^16 is exact and its floor adds to the dropped
+ * bits. Inf stays inf, a finite value above BF16's largest may round to inf, NaN stays a quiet
+ * NaN; a BF16 value is returned unchanged. */
+FP4RL_HD uint16_t fp4rl_f32_to_bf16_sr(float f, float u)
+{
+    uint32_t b = fp4rl_f32_bits(f);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((b >> 16) | 0x0040u);
+    b += (uint32_t)(u * 65536.0f);
+    return (uint16_t)(b >> 16);
+}
 
 /* ---- Philox4x32-10 (spec section 5) -------------------------------------------------------- */
 FP4RL_HD uint32_t fp4rl_mulhilo(uint32_t a, uint32_t b, uint32_t *hi)

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "format/formats.h"
+#include "backend/adamw_math.h"
 #include "backend/init_math.h"
 #include "model/model.h"
 #include "io/safetensors.h"
@@ -146,13 +147,13 @@ static fp4rl_status init_weights(fp4rl_model *m, uint64_t seed, const char *fn)
     return st;
 }
 
-static const double hp_defaults[FP4RL_MP_COUNT] = {1e-4, 0.0, 0.9, 0.999, 1e-8, 0.0, 0.0, 0.0};
+static const double hp_defaults[FP4RL_MP_COUNT] = {1e-4, 0.0, 0.9, 0.999, 1e-8, 0.0, 0.0, 0.0, 0.0};
 
 void fp4rl_model_destroy(fp4rl_model *m)
 {
     if (!m) return;
     fp4rl_context *ctx = m->ctx;
-    float *bufs[5] = {m->w, m->g, m->adam_m, m->adam_v, m->scalar};
+    void *bufs[5] = {m->w, m->g, m->adam_m, m->adam_v, m->scalar};
     for (int i = 0; i < 5; i++)
         if (bufs[i]) ctx->be->free(ctx, bufs[i]);
     fp4rl_quant_policy_destroy(m->policy);
@@ -199,13 +200,10 @@ fp4rl_status fp4rl_model_create_ex(fp4rl_model **out, fp4rl_context *ctx, const 
     layout_params(m);
     const size_t bytes = (size_t)m->total * sizeof(float);
     st = ctx->be->alloc(ctx, (void **)&m->w, bytes);
-    if (!st) st = ctx->be->alloc(ctx, (void **)&m->adam_m, bytes);
-    if (!st) st = ctx->be->alloc(ctx, (void **)&m->adam_v, bytes);
+    if (!st) st = fp4rl_model_moments_alloc(m, fp4rl_model_moments_bf16(m), &m->adam_m, &m->adam_v); /* zeroed */
     if (!st) st = ctx->be->alloc(ctx, (void **)&m->scalar, 4 * sizeof(float));
     /* weights that a load overwrites next (from_pretrained) are only zeroed */
     if (!st) st = random_init ? init_weights(m, seed, fn) : ctx->be->memset0(ctx, m->w, bytes);
-    if (!st) st = ctx->be->memset0(ctx, m->adam_m, bytes);
-    if (!st) st = ctx->be->memset0(ctx, m->adam_v, bytes);
     if (st) {
         fp4rl_model_destroy(m);
         return st;
@@ -233,7 +231,7 @@ fp4rl_status fp4rl_model_set_policy(fp4rl_model *m, const fp4rl_quant_policy *po
 }
 
 static const char *const hp_names[FP4RL_MP_COUNT] = {"lr", "weight_decay", "beta1", "beta2", "adam_eps", "grad_clip",
-                                                           "microbatch_tokens", "recompute"};
+                                                           "microbatch_tokens", "recompute", "optimizer_moments"};
 const char *fp4rl_model_hparam_name(int p) { return p >= 0 && p < FP4RL_MP_COUNT ? hp_names[p] : "?"; }
 
 /* The one definition of the model hyper-parameters' bounds (setter and checkpoint loader). */
@@ -246,6 +244,7 @@ const char *fp4rl_model_hparam_allowed(int p, double v)
     case FP4RL_MP_BETA1: case FP4RL_MP_BETA2: return v >= 0 && v < 1 ? NULL : "[0, 1)";
     case FP4RL_MP_MICROBATCH_TOKENS: return v == floor(v) && v >= 0 && v <= 1099511627776.0 ? NULL : "0 (automatic) or an integer up to 2^40";
     case FP4RL_MP_RECOMPUTE: return v == 0 || v == 1 ? NULL : "0 (when memory requires it) or 1 (always)";
+    case FP4RL_MP_OPTIMIZER_MOMENTS: return v == 0 || v == 1 ? NULL : "0 (FP32 moments) or 1 (BF16 moments, stochastic rounding)";
     default: return v >= 0 && isfinite(v) ? NULL : ">= 0"; /* grad_clip */
     }
 }
@@ -259,6 +258,8 @@ fp4rl_status fp4rl_model_set_hparam(fp4rl_model *m, fp4rl_mparam param, double v
         return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: unknown parameter %d (0 .. %d)", fn, (int)param, FP4RL_MP_COUNT - 1);
     const char *allowed = fp4rl_model_hparam_allowed((int)param, v);
     if (allowed) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %s = %g is out of range; allowed: %s", fn, fp4rl_model_hparam_name((int)param), v, allowed);
+    /* the moments the model holds are converted to the new storage (it sets the parameter) */
+    if (param == FP4RL_MP_OPTIMIZER_MOMENTS) return fp4rl_model_convert_moments(m, v != 0);
     m->hp[param] = v;
     return FP4RL_OK;
 }
@@ -442,17 +443,26 @@ fp4rl_status fp4rl_model_update(fp4rl_model *m, double lr, double weight_decay, 
     /* the dry run: an update that would leave a weight or a moment non-finite (an absurd learning
      * rate or weight decay, a weight near the float range) is refused before anything changes */
     float bad = 0;
-    if (!st)
-        st = m->ops->adamw_check(ctx, m->scalar + 3, m->w, m->g, m->adam_m, m->adam_v, m->total, lr, m->hp[FP4RL_MP_BETA1],
-                                 m->hp[FP4RL_MP_BETA2], m->hp[FP4RL_MP_ADAM_EPS], weight_decay, m->step + 1);
+    const double b1 = m->hp[FP4RL_MP_BETA1], b2 = m->hp[FP4RL_MP_BETA2], eps = m->hp[FP4RL_MP_ADAM_EPS];
+    const int64_t t = m->step + 1;
+    /* BF16 moments: stochastic rounding from uniforms of (step, element) alone (core/backend/adamw_math.h) */
+    const int bf16 = fp4rl_model_moments_bf16(m);
+    const uint64_t sr_seed = FP4RL_ADAMW_SR_SEED, sr_offset = FP4RL_ADAMW_SR_OFFSET(t);
+    if (!st && bf16)
+        st = m->ops->adamw_check_bf16(ctx, m->scalar + 3, m->w, m->g, m->adam_m, m->adam_v, m->total, lr, b1, b2, eps,
+                                      weight_decay, t, sr_seed, sr_offset);
+    else if (!st)
+        st = m->ops->adamw_check(ctx, m->scalar + 3, m->w, m->g, m->adam_m, m->adam_v, m->total, lr, b1, b2, eps, weight_decay, t);
     if (!st) st = ctx->be->download(ctx, &bad, m->scalar + 3, sizeof bad);
     if (!st && bad != 0)
         st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT,
                         "fp4rl_model_update: the AdamW update (lr %g, weight_decay %g) would make weights or optimizer moments "
                         "non-finite; it was not applied (weights and optimizer state unchanged)", lr, weight_decay);
-    if (!st)
-        st = m->ops->adamw_update(ctx, m->w, m->g, m->adam_m, m->adam_v, m->total, lr, m->hp[FP4RL_MP_BETA1],
-                                  m->hp[FP4RL_MP_BETA2], m->hp[FP4RL_MP_ADAM_EPS], weight_decay, m->step + 1);
+    if (!st && bf16)
+        st = m->ops->adamw_update_bf16(ctx, m->w, m->g, m->adam_m, m->adam_v, m->total, lr, b1, b2, eps, weight_decay, t,
+                                       sr_seed, sr_offset);
+    else if (!st)
+        st = m->ops->adamw_update(ctx, m->w, m->g, m->adam_m, m->adam_v, m->total, lr, b1, b2, eps, weight_decay, t);
     if (st) return st;
     m->step++;
     if (grad_norm) *grad_norm = norm;

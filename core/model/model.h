@@ -2,8 +2,8 @@
  * model.h - the Qwen2 policy model behind fp4rl_model (internal; the ABI is in fp4rl.h).
  *
  * All parameters live in one contiguous FP32 buffer of the context's device (and so do their
- * gradients and the two AdamW moments), as llm.c does: one global-norm reduction, one optimizer
- * call, one file write.
+ * gradients and the two AdamW moments, FP32 or BF16: FP4RL_MP_OPTIMIZER_MOMENTS), as llm.c does:
+ * one global-norm reduction, one optimizer call, one file write.
  */
 #ifndef FP4RL_MODEL_H
 #define FP4RL_MODEL_H
@@ -39,7 +39,8 @@ struct fp4rl_model {
     int n_params;                    /* 2 or 3 globals + 12 per layer */
     fp4rl_param *params;             /* [embed, layer 0 .. L-1 params, norm, (lm_head)] */
     int64_t total;                   /* floats in the parameter buffer */
-    float *w, *g, *adam_m, *adam_v;  /* device buffers of `total` floats */
+    float *w, *g;                    /* device buffers of `total` floats */
+    void *adam_m, *adam_v;           /* `total` floats, or BF16 bits (uint16_t) when hp[FP4RL_MP_OPTIMIZER_MOMENTS] = 1 */
     float *scalar;                   /* device scratch: [0] loss, [1] grad norm, [2] dloss = 1, [3] AdamW's dry run */
     int rollout_generic;             /* tests: 1 = no fused round trips (the rollout's linear path, training operands) */
     int rollout_lockstep;            /* tests: 1 = the rollout's lockstep schedule for any numerics (core/rl/rollout.c) */
@@ -214,6 +215,9 @@ static inline const double *fp4rl_model_hparams(const fp4rl_model *m) { return m
 static inline const fp4rl_quant_policy *fp4rl_model_policy(const fp4rl_model *m) { return m->policy; }
 static inline const fp4rl_hf_config *fp4rl_model_config(const fp4rl_model *m) { return &m->cfg; }
 static inline float *fp4rl_model_grad_buffer(const fp4rl_model *m) { return m->g; }
+/* The moments' storage: 1 = BF16 bits (FP4RL_MP_OPTIMIZER_MOMENTS = 1), 0 = FP32; bytes of one moment. */
+static inline int fp4rl_model_moments_bf16(const fp4rl_model *m) { return m->hp[FP4RL_MP_OPTIMIZER_MOMENTS] != 0; }
+static inline size_t fp4rl_moment_bytes(int64_t n, int bf16) { return (size_t)n * (bf16 ? sizeof(uint16_t) : sizeof(float)); }
 
 /* core/model/model_state.c: a fresh AdamW state (zero moments, step 0). */
 FP4RL_HIDDEN fp4rl_status fp4rl_model_reset_optimizer(fp4rl_model *m);
@@ -229,14 +233,26 @@ FP4RL_HIDDEN fp4rl_status fp4rl_model_ref_logprobs(fp4rl_model *m, float *ref_w,
                                                    float temperature, const fp4rl_truncation *trunc, int64_t micro_tokens,
                                                    const char *fn);
 /* Checkpoint I/O through host arrays of fp4rl_model_param_floats floats in the model's layout:
- * the moments to the host; every parameter of file f by its HF name into w; weights and moments
- * from the host (in that order, stopping at the first failure). */
+ * the moments to the host (BF16 moments widened, exactly); every parameter of file f by its HF
+ * name into w; weights and moments from the host (in that order, stopping at the first failure;
+ * into BF16 moments rounded to nearest even, exact for values that came from BF16). */
 FP4RL_HIDDEN fp4rl_status fp4rl_model_moments_to_host(const fp4rl_model *m, float *adam_m, float *adam_v);
 FP4RL_HIDDEN fp4rl_status fp4rl_model_read_weights(const fp4rl_model *m, const fp4rl_st *f, float *w);
 FP4RL_HIDDEN fp4rl_status fp4rl_model_state_from_host(fp4rl_model *m, const float *w, const float *adam_m,
                                                       const float *adam_v);
+/* Moment buffers for the storage bf16 (1: BF16, 0: FP32), made before a commit that may change
+ * the model's storage: *adam_m and *adam_v are new zeroed device buffers (both NULL on failure).
+ * fp4rl_model_moments_adopt makes them the model's moments (freeing its own) and sets
+ * FP4RL_MP_OPTIMIZER_MOMENTS to bf16; fp4rl_model_moments_discard frees them unused. */
+FP4RL_HIDDEN fp4rl_status fp4rl_model_moments_alloc(const fp4rl_model *m, int bf16, void **adam_m, void **adam_v);
+FP4RL_HIDDEN void fp4rl_model_moments_adopt(fp4rl_model *m, int bf16, void *adam_m, void *adam_v);
+FP4RL_HIDDEN void fp4rl_model_moments_discard(const fp4rl_model *m, void *adam_m, void *adam_v);
+/* Converts the moments the model holds to the storage bf16 (FP32 to BF16 to nearest even, BF16 to
+ * FP32 exactly) through the host, in chunks: new buffers first, so on failure nothing changed. */
+FP4RL_HIDDEN fp4rl_status fp4rl_model_convert_moments(fp4rl_model *m, int bf16);
 /* A loaded checkpoint's training settings: the model takes `policy` (and destroys its own), hp
- * (FP4RL_MP_COUNT values) and the AdamW step count. */
+ * (FP4RL_MP_COUNT values; FP4RL_MP_OPTIMIZER_MOMENTS is not taken from hp but stays what the
+ * model's buffers are: fp4rl_model_moments_adopt sets it) and the AdamW step count. */
 FP4RL_HIDDEN void fp4rl_model_restore_training(fp4rl_model *m, fp4rl_quant_policy *policy, const double *hp, int64_t step);
 
 #endif

@@ -218,10 +218,7 @@ fp4rl_status fp4rl_model_load(fp4rl_model *m, const char *path)
         st = fp4rl_st_read_f32(s.f[at], q->name, q->ndim, q->dims, stage);
         if (!st) st = m->ctx->be->upload(m->ctx, m->w + q->offset, stage, (size_t)q->numel * sizeof(float));
     }
-    const size_t bytes = (size_t)m->total * sizeof(float);
-    if (!st) st = m->ctx->be->memset0(m->ctx, m->adam_m, bytes);
-    if (!st) st = m->ctx->be->memset0(m->ctx, m->adam_v, bytes);
-    if (!st) m->step = 0;
+    if (!st) st = fp4rl_model_reset_optimizer(m);
     free(stage);
     shards_free(&s);
     return st;

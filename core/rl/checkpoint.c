@@ -1,8 +1,11 @@
 /*
  * checkpoint.c - the RL session's full state in a directory:
  *   model.safetensors      master weights, HF names (loadable by HF transformers too)
- *   optimizer.safetensors  AdamW moments "adam_m", "adam_v" (and "ref_w", the KL reference)
- *   state.json             steps, random state, hyper-parameters, policy, stop tokens, config
+ *   optimizer.safetensors  AdamW moments "adam_m", "adam_v" in the model's storage (F32, or BF16 with
+ *                          FP4RL_MP_OPTIMIZER_MOMENTS = 1), and "ref_w" (F32), the KL reference
+ *   state.json             steps, random state, hyper-parameters, policy, stop tokens, config, the
+ *                          moments' dtype ("optimizer_moments": "f32" or "bf16"; absent before BF16
+ *                          moments existed, when they were F32)
  *   .fp4rl-checkpoint      the marker, written last (core/io/atomic_dir.c)
  * Written atomically through core/io/atomic_dir.c, which replaces only a previous checkpoint: a
  * directory holding the marker, or one written before the marker existed, recognised by its
@@ -62,6 +65,7 @@ static char *state_json(const fp4rl_rl_session *s)
     cJSON *stop = cJSON_AddArrayToObject(root, "stop_tokens");
     for (size_t i = 0; i < s->n_stop; i++) cJSON_AddItemToArray(stop, cJSON_CreateNumber(s->stop[i]));
     cJSON_AddBoolToObject(root, "has_ref", s->ref_w != NULL);
+    cJSON_AddStringToObject(root, "optimizer_moments", fp4rl_model_moments_bf16(m) ? "bf16" : "f32");
     char *cfg = NULL;
     if (fp4rl_hf_config_to_json(fp4rl_model_config(m), &cfg) == FP4RL_OK) {
         cJSON_AddItemToObject(root, "config", cJSON_Parse(cfg));
@@ -121,8 +125,10 @@ fp4rl_status fp4rl_session_save(const fp4rl_rl_session *s, const char *dir)
     if (!st && s->ref_w) st = ctx->be->download(ctx, host + 2 * n, s->ref_w, bytes);
     if (!st) {
         const int64_t shape[1] = {n};
-        const fp4rl_st_write_entry e[3] = {{"adam_m", FP4RL_DTYPE_F32, 1, shape, host, 0},
-                                           {"adam_v", FP4RL_DTYPE_F32, 1, shape, host + n, 0},
+        /* BF16 moments come widened: stored as BF16 again, to nearest, they are their own bits */
+        const int bf16 = fp4rl_model_moments_bf16(m);
+        const fp4rl_st_write_entry e[3] = {{"adam_m", FP4RL_DTYPE_F32, 1, shape, host, bf16},
+                                           {"adam_v", FP4RL_DTYPE_F32, 1, shape, host + n, bf16},
                                            {"ref_w", FP4RL_DTYPE_F32, 1, shape, host + 2 * n, 0}};
         snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
         st = fp4rl_st_write_path(path, e, s->ref_w ? 3 : 2, NULL, 0);
@@ -280,6 +286,12 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
         }
     }
     const int has_ref = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "has_ref"));
+    /* the moments' dtype in the file: "optimizer_moments" when written (absent before BF16 moments: F32) */
+    const cJSON *jmom = cJSON_GetObjectItemCaseSensitive(root, "optimizer_moments");
+    fp4rl_st_dtype file_moments = FP4RL_ST_F32;
+    if (!st && jmom && !(cJSON_IsString(jmom) && (strcmp(jmom->valuestring, "f32") == 0 || strcmp(jmom->valuestring, "bf16") == 0)))
+        st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: \"optimizer_moments\" must be \"f32\" or \"bf16\"", fn, path);
+    if (!st && jmom && strcmp(jmom->valuestring, "bf16") == 0) file_moments = FP4RL_ST_BF16;
     cJSON_Delete(root);
     /* tensors */
     const int64_t n = fp4rl_model_param_floats(m);
@@ -297,16 +309,30 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
         st = fp4rl_st_open_path(&fo, path);
     }
     const int64_t shape[1] = {n};
-    if (!st) st = fp4rl_st_read_f32(fo, "adam_m", 1, shape, host + n);
-    if (!st) st = fp4rl_st_read_f32(fo, "adam_v", 1, shape, host + 2 * n);
+    static const char *const moment_names[2] = {"adam_m", "adam_v"};
+    for (int k = 0; !st && k < 2; k++) {
+        const fp4rl_st_tensor *t = fp4rl_st_find(fo, moment_names[k]);
+        if (t && t->dtype != file_moments)
+            st = fp4rl_fail(FP4RL_ERR_CORRUPT, "%s: %s: %s is %s but state.json says the moments are %s", fn, path,
+                            moment_names[k], fp4rl_st_dtype_name(t->dtype), fp4rl_st_dtype_name(file_moments));
+        if (!st) st = fp4rl_st_read_f32(fo, moment_names[k], 1, shape, host + (k + 1) * n); /* BF16 widens exactly */
+    }
     if (!st && has_ref) st = fp4rl_st_read_f32(fo, "ref_w", 1, shape, host + 3 * n);
     fp4rl_st_close(fw);
     fp4rl_st_close(fo);
     float *ref = NULL;
     if (!st && has_ref && !s->ref_w) st = ctx->be->alloc(ctx, (void **)&ref, bytes);
+    /* the moments' storage is the checkpoint's setting (or, from a checkpoint that predates it,
+     * the model's): buffers of the other storage are made before the commit. Moments stored in
+     * another dtype than that (an old F32 checkpoint into BF16 moments) are rounded to nearest
+     * into it by fp4rl_model_state_from_host. */
+    const int moments_bf16 = mh[FP4RL_MP_OPTIMIZER_MOMENTS] != 0;
+    void *new_m = NULL, *new_v = NULL;
+    if (!st && moments_bf16 != fp4rl_model_moments_bf16(m)) st = fp4rl_model_moments_alloc(m, moments_bf16, &new_m, &new_v);
     /* a distributed context commits only when every rank has read the checkpoint */
     st = fp4rl_dist_agree(ctx, st, fn);
     if (st) {
+        fp4rl_model_moments_discard(m, new_m, new_v);
         if (ref) ctx->be->free(ctx, ref);
         free(host);
         free(stop);
@@ -314,6 +340,7 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
         return st;
     }
     /* commit */
+    if (new_m) fp4rl_model_moments_adopt(m, moments_bf16, new_m, new_v);
     st = fp4rl_model_state_from_host(m, host, host + n, host + 2 * n);
     if (ref) s->ref_w = ref;
     if (!st && has_ref) st = ctx->be->upload(ctx, s->ref_w, host + 3 * n, bytes);

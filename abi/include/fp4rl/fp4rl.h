@@ -432,9 +432,27 @@ typedef enum fp4rl_mparam {
                                     activation memory of one block instead of all); 0 (default) =
                                     keep every block's activations, unless automatic micro-batches
                                     (FP4RL_MP_MICROBATCH_TOKENS or the session's 0) cannot fit one
-                                    sequence that way, then recompute */
+                                    sequence that way, then recompute */,
+    FP4RL_MP_OPTIMIZER_MOMENTS = 8 /* storage of the AdamW moments m and v: 0 = FP32 (default; 8 bytes
+                                      per parameter), 1 = BF16 with stochastic rounding (4 bytes per
+                                      parameter; for models whose FP32 state does not fit, e.g.
+                                      Qwen2.5-7B on one 141 GB GPU). With BF16 each update computes
+                                      in FP32 as with FP32 moments (the weight's step reads this
+                                      step's FP32 m and v) and then rounds m and v to BF16
+                                      stochastically, unbiased (nearest rounding would stall v under
+                                      beta2 = 0.999), from counter-based uniforms of the AdamW step
+                                      and the element: deterministic, the same bits on the CPU and
+                                      CUDA and on every rank. Setting it on a model converts the
+                                      moments it holds (FP32 to BF16 to nearest even, BF16 to FP32
+                                      exactly; the step count is kept); the new buffers are made
+                                      before the old ones are freed, so a failure changes nothing and
+                                      both are held for the moment (set it before training when
+                                      memory is tight). RL checkpoints store the moments in their
+                                      dtype; a load restores the setting with the other model
+                                      parameters (a checkpoint written before this parameter holds
+                                      FP32 moments, which are converted to the model's setting) */
 } fp4rl_mparam;
-#define FP4RL_MP_COUNT 8
+#define FP4RL_MP_COUNT 9
 FP4RL_API fp4rl_status fp4rl_model_set_hparam(fp4rl_model *m, fp4rl_mparam param, double value);
 FP4RL_API fp4rl_status fp4rl_model_get_hparam(const fp4rl_model *m, fp4rl_mparam param, double *value);
 

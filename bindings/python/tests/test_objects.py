@@ -258,6 +258,13 @@ def test_model_training_params_and_save_load(ctx, tmp_path):
     assert m.get_hparam("lr") == 3e-3 and m.hparams["beta1"] == 0.9 and tuple(m.hparams) == fp4rl.Model.HPARAMS
     m.set_hparams(grad_clip=1.0, weight_decay=0.01)
     assert m.hparams["grad_clip"] == 1.0
+    # BF16 AdamW moments: 0/1, converted in place; anything else refused with the C message
+    assert m.hparams["optimizer_moments"] == 0
+    m.set_hparams(optimizer_moments=1)
+    assert m.get_hparam("optimizer_moments") == 1
+    with pytest.raises(fp4rl.InvalidArgumentError, match="optimizer_moments"):
+        m.set_hparams(optimizer_moments=2)
+    m.set_hparams(optimizer_moments=0)
     tok = np.array([[13, 1, 10, 2, 11, 3, 12, 0], [13, 4, 10, 4, 11, 8, 12, 0]], np.int32)
     lens = np.array([7, 7], np.int32)
     mask = np.zeros(tok.shape, np.float32)

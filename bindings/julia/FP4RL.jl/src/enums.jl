@@ -12,7 +12,7 @@ const VERSION_PATCH = 0
 const VERSION_NUMBER = 100
 const MAX_DIMS = 8
 const QP_COUNT = 15
-const MP_COUNT = 8
+const MP_COUNT = 9
 const RL_PARAM_COUNT = 22
 # Bytes of an NCCL unique id ([`nccl_unique_id`](@ref)).
 const NCCL_UNIQUE_ID_BYTES = 128
@@ -123,6 +123,7 @@ end
     MP_GRAD_CLIP = 5
     MP_MICROBATCH_TOKENS = 6 # tokens per micro-batch of a pass; 0 = automatic from the free device memory
     MP_RECOMPUTE = 7 # 1 = recompute block activations in the backward; 0 = only when memory requires it
+    MP_OPTIMIZER_MOMENTS = 8 # AdamW moments: 0 = FP32, 1 = BF16 with stochastic rounding (setting it converts them)
 end
 
 "Size or counter of a [`Model`](@ref) (`fp4rl_model_info`)."

@@ -160,7 +160,9 @@ class Model(_Owned):
 
     # ---- hyper-parameters and sizes ----
     def set_hparams(self, **hparams) -> "Model":
-        """AdamW and training knobs: lr, weight_decay, beta1, beta2, adam_eps, grad_clip, microbatch_tokens, recompute."""
+        """AdamW and training knobs: lr, weight_decay, beta1, beta2, adam_eps, grad_clip, microbatch_tokens, recompute,
+        optimizer_moments (0 = FP32 AdamW moments, 1 = BF16 with stochastic rounding: 4 bytes per parameter fewer;
+        setting it converts the moments the model holds)."""
         for name, value in hparams.items():
             capi.fp4rl_model_set_hparam(self._h, _names.lookup(_names.MODEL_PARAMS, name, "model hyper-parameter"), float(value))
         return self

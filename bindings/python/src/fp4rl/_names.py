@@ -33,7 +33,7 @@ SCALE_RULES = _enum("FP4RL_SCALE_")         # ocp_floor, truncation_free
 NUMERICS = _enum("FP4RL_NUMERICS_")         # bf16, fp4, w4a16, w16a4, w4a4, fp32
 RESQ = _enum("FP4RL_RESQ_")                 # off, dense, 2_4, channel_50, block_50
 RL_PARAMS = _enum("FP4RL_RL_")              # group_size, max_new_tokens, lr, ...
-MODEL_PARAMS = _enum("FP4RL_MP_")           # lr, weight_decay, beta1, beta2, adam_eps, grad_clip, microbatch_tokens, recompute
+MODEL_PARAMS = _enum("FP4RL_MP_")           # lr, weight_decay, beta1, beta2, adam_eps, grad_clip, microbatch_tokens, recompute, optimizer_moments
 MODEL_INFO = _enum("FP4RL_MI_")             # vocab_size, hidden_size, ..., num_parameters, step
 # Quantization-policy parameter names come from the library (fp4rl_qparam_name).
 QPARAMS: dict[str, int] = {capi.fp4rl_qparam_name(i): i for i in range(capi.FP4RL_QP_COUNT)}

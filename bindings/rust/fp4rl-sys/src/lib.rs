@@ -185,7 +185,8 @@ pub const FP4RL_MP_ADAM_EPS: fp4rl_mparam = 4;
 pub const FP4RL_MP_GRAD_CLIP: fp4rl_mparam = 5;
 pub const FP4RL_MP_MICROBATCH_TOKENS: fp4rl_mparam = 6;
 pub const FP4RL_MP_RECOMPUTE: fp4rl_mparam = 7;
-pub const FP4RL_MP_COUNT: c_int = 8;
+pub const FP4RL_MP_OPTIMIZER_MOMENTS: fp4rl_mparam = 8;
+pub const FP4RL_MP_COUNT: c_int = 9;
 
 pub type fp4rl_model_info = c_int;
 pub const FP4RL_MI_VOCAB_SIZE: fp4rl_model_info = 0;

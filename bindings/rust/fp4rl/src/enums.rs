@@ -219,6 +219,10 @@ c_enum! {
         /// 1 = recompute each block's activations in the backward (bit-identical, less memory);
         /// 0 (default) = only when automatic micro-batches cannot fit one sequence otherwise
         Recompute = sys::FP4RL_MP_RECOMPUTE,
+        /// storage of the AdamW moments: 0 = FP32 (default), 1 = BF16 with stochastic rounding
+        /// (4 bytes per parameter fewer; the step computes in FP32); setting it converts the
+        /// moments the model holds
+        OptimizerMoments = sys::FP4RL_MP_OPTIMIZER_MOMENTS,
     }
 }
 

@@ -53,6 +53,16 @@ fn from_config_info_and_hparams() -> Result<()> {
         &["fp4rl_model_set_hparam"],
     );
     assert_eq!(m.hparam(MParam::Lr)?, 3e-3, "a rejected value changes nothing");
+    // BF16 optimizer moments: a 0/1 knob, anything else refused
+    assert_eq!(m.hparam(MParam::OptimizerMoments)?, 0.0);
+    m.set_hparam(MParam::OptimizerMoments, 1.0)?;
+    assert_eq!(m.hparam(MParam::OptimizerMoments)?, 1.0);
+    assert_err(
+        m.set_hparam(MParam::OptimizerMoments, 2.0),
+        Status::InvalidArgument,
+        &["optimizer_moments"],
+    );
+    m.set_hparam(MParam::OptimizerMoments, 0.0)?;
     // the same seed, the same weights; another seed, others
     let m2 = Model::from_config(&ctx, TINY, None, 1)?;
     let m3 = Model::from_config(&ctx, TINY, None, 2)?;
