@@ -47,6 +47,7 @@ def main():
     ap.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa")
     ap.add_argument("--master", choices=("bf16", "fp32"), default="bf16")
     ap.add_argument("--no-old-logprobs", dest="old_logprobs", action="store_false")
+    ap.add_argument("--rollout-only", action="store_true", help="generate only (the rollout engine's baseline)")
     a = ap.parse_args()
     P, G, L, N = a.prompts, a.group, a.prompt_len, a.new_tokens
     res = {"impl": "torch", "model": model_name(a.config), "numerics": "bf16", "device": "cuda", "ok": False,
@@ -118,6 +119,9 @@ def run(a, res, torch):
         torch.cuda.synchronize()
         t1 = time.perf_counter()
         assert seqs.shape == (P * G, L + N), f"generate returned {tuple(seqs.shape)}, not {(P * G, L + N)}"
+        if a.rollout_only:
+            res.update(rollout_s=t1 - t0, train_s=0.0, step_s=t1 - t0, rollout_tok_s=P * G * N / (t1 - t0))
+            continue
         completion = seqs[:, L:]
         reward = (completion % 2 == 0).float().mean(dim=1).view(P, G)
         adv = ((reward - reward.mean(dim=1, keepdim=True)) / (reward.std(dim=1, keepdim=True) + 1e-6)).view(-1)
