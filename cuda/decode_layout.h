@@ -176,7 +176,7 @@ FP4RL_HD int fp4rl_dg_pick_d(int fmt, uint32_t smax, uint32_t smin_nonzero)
     if (fmt == FP4RL_DTYPE_MXFP4) {
         /* multiplier exponent e + 126 - d <= 127; products v 2^(e - d) >= 2^-133 need e - d >= -132 */
         const int d = (int)smax > 128 ? (int)smax - 128 : 0;
-        return (int)smin_nonzero >= d - 5 ? d : -1;
+        return d <= 5 || smin_nonzero >= (uint32_t)(d - 5) ? d : -1;
     }
     if (fmt == FP4RL_DTYPE_NVFP4) {
         const int e = (int)(smax >> 3); /* UE4M3 exponent field 0..15: multiplier exponent e + 246 - d <= 254 */
