@@ -12,6 +12,15 @@
  * 4. Decode-shaped products, M in {1, 16, 64}, N = K = 8192: the fused FP4-weight kernel against
  *    cuBLASLt BF16, each rotating through enough weight buffers that L2 (60 MB on an H200) holds
  *    none of them between uses.
+ * 5. The decode GEMM on packed weights (cuda/decode_packed.h), M in {1, 16, 64, 128, 256}, at
+ *    N = K = 8192 and Qwen2.5-3B's linear shapes, against cuBLASLt BF16 (FP32 output, like it) in
+ *    the same run: time, speed-up, and the weight bytes per second as a share of the copy
+ *    bandwidth of section 1; ResQ (x [M, 2K], one read of W) against today's fused path (BF16
+ *    [W | W] over 2K); a sweep of its launch shapes (warps per CTA x split-K slices).
+ *
+ *   fp4rl_bench [reps] dg            sections 1 and 5 only
+ *   fp4rl_bench [reps] dgprof F M    only 3 + reps launches of the packed kernel, format F
+ *                                    (mxfp4 / nvfp4 / hif4), M rows, N = K = 8192 (for ncu)
  *
  * Timing: CUDA events on the context's stream around each call, after a busy-wait kernel that
  * lets the host queue the whole sequence first (so no launch gap lands inside a measurement);
@@ -25,6 +34,7 @@
 #include <vector>
 
 #include "cuda_internal.h"
+#include "decode_packed.h"
 #include "format/formats.h"
 
 #define CK(call)                                                                                          \
@@ -136,10 +146,178 @@ static const fp4rl_dtype FORMATS[4] = {FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_NVFP4, FP4
 static const fp4rl_dtype FP4[3] = {FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_NVFP4, FP4RL_DTYPE_HIF4};
 static int tile2d(fp4rl_dtype f) { return f == FP4RL_DTYPE_HIF4 ? 64 : f == FP4RL_DTYPE_NVFP4 ? 16 : 32; }
 
+/* Device-to-device copy of 1 GiB: bytes read + written per second. */
+static double copy_bandwidth()
+{
+    const size_t cbytes = (size_t)1 << 30;
+    void *s0, *s1;
+    CU(cudaMalloc(&s0, cbytes));
+    CU(cudaMalloc(&s1, cbytes));
+    CU(cudaMemsetAsync(s0, 1, cbytes, stream));
+    const double copy_ms = time_ms([&](int) { CU(cudaMemcpyAsync(s1, s0, cbytes, cudaMemcpyDeviceToDevice, stream)); });
+    CU(cudaFree(s0));
+    CU(cudaFree(s1));
+    const double bw = 2.0 * cbytes / (copy_ms * 1e-3) / 1e9;
+    printf("## Device-to-device copy, 1 GiB: %.3f ms, %.0f GB/s (bytes read + written)\n\n", copy_ms, bw);
+    return bw;
+}
+
+/* Buffers of `bytes` each to rotate through so that L2 holds none between uses (2.5x its size). */
+static int rotation(double bytes, double l2, int most)
+{
+    int n = (int)(2.5 * l2 / bytes) + 1;
+    return n < 2 ? 2 : n > most ? most : n;
+}
+
+/* `n` prepared weights of format f, quantized from the BF16 buffers wb in turn. */
+static std::vector<fp4rl_dg_layout *> prepared(fp4rl_dtype f, const std::vector<fp4rl_tensor *> &wb, int n)
+{
+    fp4rl_quant_policy *p = policy(f, 0, 0);
+    std::vector<fp4rl_dg_layout *> v;
+    for (int i = 0; i < n; i++) {
+        fp4rl_tensor *q;
+        fp4rl_dg_layout *L;
+        CK(fp4rl_quantize(&q, ctx, wb[i % wb.size()], f, p, FP4RL_ROLE_WEIGHT));
+        CK(fp4rl_cuda_dg_prepare(ctx, q, &L));
+        fp4rl_tensor_destroy(q);
+        v.push_back(L);
+    }
+    fp4rl_quant_policy_destroy(p);
+    return v;
+}
+
+static double lt_ms(int64_t M, int64_t N, int64_t K, const fp4rl_tensor *x, const std::vector<fp4rl_tensor *> &wb, float *y)
+{
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    return time_ms([&](int i) {
+        if (!fp4rl_cuda_lt_gemm(cu, M, N, K, x->data, wb[i % wb.size()]->data, CUDA_R_16BF, y, CUDA_R_32F, 1.0f, 0.0f)) {
+            fprintf(stderr, "cuBLASLt has no algorithm for %lld x %lld x %lld\n", (long long)M, (long long)N, (long long)K);
+            exit(1);
+        }
+    });
+}
+
+static double dg_ms(int64_t M, int resq, const fp4rl_tensor *x, const std::vector<fp4rl_dg_layout *> &L, float *y, int warps = 0,
+                    int slices = 0)
+{
+    return time_ms([&](int i) {
+        CK(fp4rl_cuda_dg_run_cfg(ctx, y, static_cast<const uint16_t *>(x->data), M, resq, L[i % L.size()], NULL, warps, slices));
+    });
+}
+
+static void dg_section(double copy_bw, double l2)
+{
+    struct Shape {
+        const char *name;
+        int64_t N, K;
+    };
+    const Shape shapes[] = {{"8192 x 8192", 8192, 8192}, {"3B qkv", 2560, 2048}, {"3B o", 2048, 2048},
+                            {"3B gate/up", 11008, 2048}, {"3B down", 2048, 11008}};
+    const int64_t Ms[] = {1, 16, 64, 128, 256};
+    printf("\n## Decode GEMM on packed FP4 weights (cuda/decode_packed.h) vs cuBLASLt BF16, FP32 output, weights rotated out of L2\n\n");
+    printf("Speed-up = cuBLASLt BF16 time / packed time; %%copy = weight bytes per second / copy bandwidth (%.0f GB/s).\n\n", copy_bw);
+    printf("| shape (N x K) | M | BF16 us | %%copy | mxfp4 us | x | %%copy | nvfp4 us | x | %%copy | hif4 us | x | %%copy |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::vector<std::vector<double>> resq_rows;
+    for (const Shape &sh : shapes) {
+        const int64_t N = sh.N, K = sh.K;
+        const double bf_bytes = (double)N * K * 2;
+        std::vector<fp4rl_tensor *> wb;
+        for (int i = 0, nb = rotation(bf_bytes, l2, 32); i < nb; i++) wb.push_back(random_bf16(N, K, 100 + i));
+        std::vector<std::vector<fp4rl_dg_layout *>> L(3);
+        size_t qbytes[3];
+        for (int f = 0; f < 3; f++) {
+            size_t b;
+            {
+                std::vector<fp4rl_tensor *> one(1, wb[0]);
+                std::vector<fp4rl_dg_layout *> probe = prepared(FP4[f], one, 1);
+                fp4rl_cuda_dg_info(probe[0], NULL, NULL, NULL, &b, NULL);
+                fp4rl_cuda_dg_destroy(ctx, probe[0]);
+            }
+            qbytes[f] = b;
+            L[f] = prepared(FP4[f], wb, rotation((double)b, l2, 64));
+        }
+        const int64_t dy[2] = {256, N};
+        fp4rl_tensor *y;
+        CK(fp4rl_tensor_zeros(&y, ctx, FP4RL_DTYPE_F32, 2, dy));
+        float *yp = static_cast<float *>(y->data);
+        for (int64_t M : Ms) {
+            fp4rl_tensor *x = random_bf16(M, 2 * K, 7);
+            const double base = lt_ms(M, N, K, x, wb, yp);
+            printf("| %s (%lld x %lld) | %lld | %.1f | %.0f%% |", sh.name, (long long)N, (long long)K, (long long)M, base * 1e3,
+                   100.0 * bf_bytes / (base * 1e-3) / 1e9 / copy_bw);
+            for (int f = 0; f < 3; f++) {
+                const double ms = dg_ms(M, 0, x, L[f], yp);
+                printf(" %.1f | %.2f | %.0f%% |", ms * 1e3, base / ms, 100.0 * (double)qbytes[f] / (ms * 1e-3) / 1e9 / copy_bw);
+            }
+            printf("\n");
+            fflush(stdout);
+            if (sh.N == 8192 || sh.N == 11008) { /* ResQ: today's fused path is BF16 [W | W] over 2K */
+                std::vector<double> r = {(double)N, (double)K, (double)M};
+                std::vector<fp4rl_tensor *> wb2;
+                for (int i = 0, nb = rotation(2 * bf_bytes, l2, 16); i < nb; i++) wb2.push_back(random_bf16(N, 2 * K, 300 + i));
+                r.push_back(lt_ms(M, N, 2 * K, x, wb2, yp));
+                for (auto *t : wb2) fp4rl_tensor_destroy(t);
+                r.push_back(dg_ms(M, 1, x, L[2], yp));
+                r.push_back((double)qbytes[2]);
+                resq_rows.push_back(r);
+            }
+            fp4rl_tensor_destroy(x);
+        }
+        if (sh.N == 8192) { /* the launch shapes, MXFP4 and HiF4 */
+            printf("\n### Launch-shape sweep at 8192 x 8192 (us; auto = what fp4rl_cuda_dg_run picks)\n\n| format | M | auto |");
+            const int warps[2] = {4, 8}, slices[6] = {1, 2, 3, 4, 6, 8};
+            for (int w : warps)
+                for (int s : slices) printf(" %dw %ds |", w, s);
+            printf("\n|---|---|---|");
+            for (int i = 0; i < 12; i++) printf("---|");
+            printf("\n");
+            for (int f = 0; f < 3; f += 2)
+                for (int64_t M : {1, 16, 64, 256}) {
+                    fp4rl_tensor *x = random_bf16(M, K, 9);
+                    printf("| %s | %lld | %.1f |", fmt_name(FP4[f]), (long long)M, dg_ms(M, 0, x, L[f], yp) * 1e3);
+                    for (int w : warps)
+                        for (int s : slices) printf(" %.1f |", dg_ms(M, 0, x, L[f], yp, w, s) * 1e3);
+                    printf("\n");
+                    fflush(stdout);
+                    fp4rl_tensor_destroy(x);
+                }
+            printf("\n| shape (N x K) | M | BF16 us | %%copy | mxfp4 us | x | %%copy | nvfp4 us | x | %%copy | hif4 us | x | %%copy |\n");
+            printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        }
+        fp4rl_tensor_destroy(y);
+        for (auto *t : wb) fp4rl_tensor_destroy(t);
+        for (auto &v : L)
+            for (auto *l : v) fp4rl_cuda_dg_destroy(ctx, l);
+    }
+    printf("\n### ResQ: HiF4 packed over [x1 | x2] (W read once) vs today's fused path (cuBLASLt BF16, [W | W] over 2K)\n\n");
+    printf("| shape (N x K) | M | BF16 2K us | hif4 ResQ us | x | %%copy |\n|---|---|---|---|---|---|\n");
+    for (auto &r : resq_rows)
+        printf("| %.0f x %.0f | %.0f | %.1f | %.1f | %.2f | %.0f%% |\n", r[0], r[1], r[2], r[3] * 1e3, r[4] * 1e3, r[3] / r[4],
+               100.0 * r[5] / (r[4] * 1e-3) / 1e9 / copy_bw);
+}
+
+/* ncu target: 3 + reps launches of one configuration at N = K = 8192. */
+static void dg_profile(fp4rl_dtype f, int64_t M)
+{
+    std::vector<fp4rl_tensor *> wb(1, random_bf16(8192, 8192, 1));
+    std::vector<fp4rl_dg_layout *> L = prepared(f, wb, 1);
+    const int64_t dy[2] = {M, 8192};
+    fp4rl_tensor *y, *x = random_bf16(M, 8192, 2);
+    CK(fp4rl_tensor_zeros(&y, ctx, FP4RL_DTYPE_F32, 2, dy));
+    const double ms = dg_ms(M, 0, x, L, static_cast<float *>(y->data));
+    printf("%s M %lld: %.1f us (L2-warm: one buffer)\n", fmt_name(f), (long long)M, ms * 1e3);
+    fp4rl_cuda_dg_destroy(ctx, L[0]);
+    fp4rl_tensor_destroy(x);
+    fp4rl_tensor_destroy(y);
+    fp4rl_tensor_destroy(wb[0]);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) reps = atoi(argv[1]) > 0 ? atoi(argv[1]) : reps;
     const int decode_only = argc > 2 && strcmp(argv[2], "decode") == 0; /* for profiling runs */
+    const int dg_only = argc > 2 && strcmp(argv[2], "dg") == 0, dg_prof = argc > 4 && strcmp(argv[2], "dgprof") == 0;
     fp4rl_status st = fp4rl_context_create(&ctx, FP4RL_DEVICE_CUDA, 0);
     if (st != FP4RL_OK) {
         printf("skip: %s\n", fp4rl_last_error());
@@ -155,19 +333,22 @@ int main(int argc, char **argv)
     printf("# fp4rl_bench, %s, %s (%d SMs, %.0f MB L2), median of %d\n\n", date, prop.name, prop.multiProcessorCount,
            prop.l2CacheSize / 1e6, reps);
 
+    if (dg_prof) {
+        const fp4rl_dtype f = strcmp(argv[3], "mxfp4") == 0 ? FP4RL_DTYPE_MXFP4 : strcmp(argv[3], "nvfp4") == 0 ? FP4RL_DTYPE_NVFP4
+                                                                                                              : FP4RL_DTYPE_HIF4;
+        dg_profile(f, atoll(argv[4]));
+        fp4rl_context_destroy(ctx);
+        return 0;
+    }
     if (decode_only) goto decode;
     {
     /* ---- 1. copy bandwidth ---- */
-    const size_t cbytes = (size_t)1 << 30;
-    void *s0, *s1;
-    CU(cudaMalloc(&s0, cbytes));
-    CU(cudaMalloc(&s1, cbytes));
-    CU(cudaMemsetAsync(s0, 1, cbytes, stream));
-    const double copy_ms = time_ms([&](int) { CU(cudaMemcpyAsync(s1, s0, cbytes, cudaMemcpyDeviceToDevice, stream)); });
-    const double copy_bw = 2.0 * cbytes / (copy_ms * 1e-3) / 1e9;
-    CU(cudaFree(s0));
-    CU(cudaFree(s1));
-    printf("## Device-to-device copy, 1 GiB: %.3f ms, %.0f GB/s (bytes read + written)\n\n", copy_ms, copy_bw);
+    const double copy_bw = copy_bandwidth();
+    if (dg_only) {
+        dg_section(copy_bw, prop.l2CacheSize);
+        fp4rl_context_destroy(ctx);
+        return 0;
+    }
 
     /* ---- 2. quantize throughput ---- */
     const int64_t QN = 8192;
@@ -284,6 +465,8 @@ decode:
     for (auto *t : wb) fp4rl_tensor_destroy(t);
     for (auto &v : wq)
         for (auto *t : v) fp4rl_tensor_destroy(t);
+    /* ---- 5. the decode GEMM on packed weights ---- */
+    if (!decode_only) dg_section(copy_bandwidth(), prop.l2CacheSize);
     fp4rl_context_destroy(ctx);
     return 0;
 }

@@ -22,9 +22,11 @@
  */
 #include <cuda_bf16.h>
 
+#include "mma_common.cuh"
 #include "quant_common.cuh"
 
 using namespace fp4rl_cuda_q;
+using namespace fp4rl_cuda_mma;
 
 namespace {
 
@@ -60,27 +62,6 @@ struct Stage {
     static constexpr int COUNT = BYTES * 3 <= 100 * 1024 ? 3 : 2;
     static constexpr int SMEM = BYTES * COUNT;
 };
-
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool live)
-{
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(live ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool live)
-{
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(live ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ __forceinline__ void mma_bf16(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t x, uint32_t s)
 {

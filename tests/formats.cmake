@@ -25,3 +25,9 @@ if(NOT FP4RL_SANITIZE)
     endif()
   endif()
 endif()
+
+# The decode GEMM's packed weight layout (cuda/decode_layout.h, header-only) decoded on the CPU
+# against fp4rl_dequantize bit for bit; needs no GPU and runs without a CUDA build too.
+fp4rl_add_check_test(test_decode_layout)
+target_include_directories(test_decode_layout PRIVATE ${PROJECT_SOURCE_DIR}/cuda)
+set_tests_properties(test_decode_layout PROPERTIES LABELS "formats" TIMEOUT 300)
