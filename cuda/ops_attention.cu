@@ -234,8 +234,8 @@ __global__ void __launch_bounds__(RW * 32) attn_rows_k(float *out, const float *
  * One block per (query row, kv head, chunk of RH query heads), 256 threads. A thread takes whole
  * keys: its scores for every head of the chunk are serial dot products over D, the CPU's order,
  * and land in shared memory; max and double sum per head come from a fixed reduction; p is
- * rounded in place; then a thread takes output elements (d, heads) and sums p v over the keys
- * serially, the CPU's order again. Only lse's sum runs in another order than the CPU's. */
+ * rounded in place; then p v is summed over key slices (a thread per pair of d and slice), the
+ * slices added in order. The scores are the CPU's bits; lse's and o's sums run in another order. */
 constexpr int SMT = 256;
 constexpr size_t SM_SCORES = 160 * 1024;
 
@@ -345,34 +345,55 @@ __global__ void __launch_bounds__(SMT) attn_rows_sm_k(float *out, const float *q
         *x = rd(expf_cr(*x - lse[h]), bf);
     }
     __syncthreads();
-    /* o[h][d] = sum_s p[h][s] v[s][d]: thread -> (d, heads hp, hp + HP, ...), one v load per key */
-    const int HP = D < SMT ? SMT / D : 1;
-    for (int i = tid; i < D * HP; i += SMT) {
-        const int d = i % D, hp = i / D;
-        float acc[RH];
+    /* o[h][d] = sum_s p[h][s] v[s][d]. A thread takes a pair of d and every KS-th key (KS key
+     * slices: short dependent chains, many loads in flight), for all heads; the slices' partial
+     * sums are then added in slice order. */
+    __shared__ float red[2 * SMT * RH];
+    const int DP = (D + 1) / 2, KS = SMT / DP, dp = tid % DP, ks = tid / DP, d = 2 * dp;
+    float acc[RH][2];
 #pragma unroll
-        for (int h = 0; h < RH; h++) acc[h] = 0.0f;
+    for (int h = 0; h < RH; h++) acc[h][0] = acc[h][1] = 0.0f;
+    if (ks < KS) {
         const KT *v = vc + kh * D + d;
-        int64_t s = 0;
-        for (; s + 4 <= nk; s += 4) { /* four loads in flight; the sums stay serial in s */
-            float vv[4];
+        const bool two = d + 1 < D;
+        for (int64_t s0 = ks; s0 < nk; s0 += 4 * (int64_t)KS) {
+            float vv[4][2];
 #pragma unroll
-            for (int j = 0; j < 4; j++) vv[j] = rd(kv_val<KT>(v, (s + j < l0 ? b0 + s + j : b1 + s + j - l0) * W), bf);
+            for (int j = 0; j < 4; j++) { /* four keys' loads issued before their sums */
+                const int64_t s = s0 + (int64_t)j * KS;
+                vv[j][0] = vv[j][1] = 0.0f;
+                if (s < nk) {
+                    const KT *vs = v + (s < l0 ? b0 + s : b1 + s - l0) * W;
+                    vv[j][0] = rd(kv_val<KT>(vs, 0), bf);
+                    if (two) vv[j][1] = rd(kv_val<KT>(vs, 1), bf);
+                }
+            }
 #pragma unroll
-            for (int j = 0; j < 4; j++)
+            for (int j = 0; j < 4; j++) {
+                const int64_t s = s0 + (int64_t)j * KS;
+                if (s >= nk) break;
 #pragma unroll
-                for (int h = 0; h < RH; h++)
-                    if (h % HP == hp && h < nh) acc[h] += sc[h * max_keys + s + j] * vv[j];
+                for (int h = 0; h < RH; h++) {
+                    if (h >= nh) break;
+                    const float p = sc[h * max_keys + s];
+                    acc[h][0] += p * vv[j][0];
+                    acc[h][1] += p * vv[j][1];
+                }
+            }
         }
-        for (; s < nk; s++) {
-            const float vv = rd(kv_val<KT>(v, (s < l0 ? b0 + s : b1 + s - l0) * W), bf);
 #pragma unroll
-            for (int h = 0; h < RH; h++)
-                if (h % HP == hp && h < nh) acc[h] += sc[h * max_keys + s] * vv;
+        for (int h = 0; h < RH; h++) {
+            if (h >= nh) break;
+            red[(ks * RH + h) * D + d] = acc[h][0];
+            if (two) red[(ks * RH + h) * D + d + 1] = acc[h][1];
         }
-#pragma unroll
-        for (int h = 0; h < RH; h++)
-            if (h % HP == hp && h < nh) out[(n * Hq + h0 + h) * D + d] = acc[h];
+    }
+    __syncthreads();
+    for (int i = tid; i < nh * D; i += SMT) {
+        const int h = i / D, e = i % D;
+        float o = 0.0f;
+        for (int k = 0; k < KS; k++) o += red[(k * RH + h) * D + e];
+        out[(n * Hq + h0 + h) * D + e] = o;
     }
 }
 
