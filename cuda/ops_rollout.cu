@@ -85,7 +85,7 @@ __global__ void apply_tile_mask_k(float *r, const unsigned char *keep, int64_t N
 }
 
 /* ---- sampling: one block per row ---- */
-constexpr int ST = 512;
+constexpr int ST = 1024;
 
 __device__ __forceinline__ uint32_t order_key(float f) { return fp4rl_nucleus_key(f); }
 __device__ __forceinline__ float key_float(uint32_t k) { return fp4rl_bits_f32((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
