@@ -10,9 +10,11 @@
  * pair of the fragment is a rotation, a mask and one BF16 multiply (the scale), about 2
  * instructions per weight with the MMAs and the pipeline.
  *
- * Work: a CTA is `wn` (4 or 8) warps, one tile of 16 weight rows each, over one slice of K and
- * one block of up to 8 * NT activation rows (NT n8 tiles of the MMA; rows beyond 128 take further
- * blocks of the grid, which re-read W mostly from L2 since they run side by side). Stages of KS
+ * Work: a CTA is `wn` (4 or 8) warps, TN tiles of 16 weight rows each (two from M > 16: every
+ * activation fragment then feeds the MMAs of both), over one slice of K and one block of up to
+ * 8 * NT activation rows (NT n8 tiles of the MMA; each weight fragment is dequantized once per
+ * kgroup and used for all of them; rows beyond 128 take further blocks of the grid, which re-read
+ * W mostly from L2 since they run side by side). Stages of KS
  * kgroups (64 k each) go through a cp.async pipeline into shared memory: the warps' records and
  * the activation rows of the stage (shared by all warps; 16 bytes of padding per row spread the
  * fragment loads over the banks). Split-K slices of one row block form a thread-block cluster and
@@ -49,11 +51,20 @@ constexpr int MAX_WARPS = 8, MAX_SLICES = 8;
 
 /* Per activation block: NT n8 tiles (8 NT rows); kgroups per stage and pipeline depth chosen so
  * that a stage is a few KB of weights per warp and all stages fit next to a few CTAs per SM. */
+/* TN: weight tiles per warp. From M > 16 on every activation fragment read from shared memory
+ * feeds the MMAs of two tiles (half the shared-memory and L2 traffic of x per weight, twice the
+ * independent accumulators); at M <= 16 one tile per warp keeps more CTAs for the bytes in flight.
+ * Stages: M <= 8 keeps five of two kgroups (a stage is almost all weight); the sizes keep about
+ * eight CTAs of 4 warps per SM within the 228 KB of shared memory, the sweep's best shape. */
+__host__ __device__ constexpr int cfg_tn(int NT) { return NT >= 4 ? 2 : 1; }
+__host__ __device__ constexpr int cfg_ks(int NT) { return NT <= 2 ? 2 : 1; }
+__host__ __device__ constexpr int cfg_stages(int NT) { return NT == 1 ? 5 : NT <= 8 ? 4 : 3; }
 template <int NT>
 struct Cfg {
     static constexpr int MROWS = 8 * NT;
-    static constexpr int KS = NT <= 4 ? 2 : 1;
-    static constexpr int STAGES = NT <= 4 ? 4 : 3;
+    static constexpr int TN = cfg_tn(NT);
+    static constexpr int KS = cfg_ks(NT);
+    static constexpr int STAGES = cfg_stages(NT);
     static constexpr int RS = KS * FP4RL_DG_KGROUP * 2 + 16; /* bytes per activation row of a stage */
 };
 
@@ -65,6 +76,7 @@ struct Args {
     int64_t ldx; /* elements per row of x: K, or 2K with ResQ */
     int M, N, K, halves;
     int tiles, kgs, wn, slices, kg_per_slice, mblocks;
+    int arows; /* activation rows per half in a stage: min(M, 8 NT) */
     int stage_bytes;
     uint32_t c2;
     float alpha;
@@ -114,6 +126,7 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) dg_kernel(const Args p)
 {
     using C = Cfg<NT>;
     constexpr int R = fp4rl_dg_record_bytes(F);
+    constexpr int TN = C::TN;
     constexpr int SETS = NT == 1 ? 2 : 1; /* two accumulators break the chain of dependent MMAs at M <= 8 */
     extern __shared__ __align__(16) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -122,12 +135,12 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) dg_kernel(const Args p)
     const int slice = bid % p.slices;
     bid /= p.slices;
     const int mb = bid % p.mblocks, rb = bid / p.mblocks;
-    const int tile = rb * p.wn + warp;
+    const int tile = (rb * p.wn + warp) * TN; /* this warp's first tile; it has tiles tile .. tile + TN - 1 */
     const bool live = tile < p.tiles;
     const int m0 = mb * C::MROWS, Mb = min(C::MROWS, p.M - m0);
     const int kg0 = slice * p.kg_per_slice, kg1 = min(p.kgs, kg0 + p.kg_per_slice);
     const int nst = kg1 > kg0 ? (kg1 - kg0 + C::KS - 1) / C::KS : 0;
-    const int wbytes = p.wn * C::KS * R;
+    const int wbytes = p.wn * TN * C::KS * R;
 
     /* Copies stage i (kgroups kg0 + i KS ..) into slot i % STAGES; every call commits one group so
      * the wait counts stay aligned. Activation pieces of k >= K are zero-filled; rows >= Mb are
@@ -139,9 +152,14 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) dg_kernel(const Args p)
             uint8_t *st = smem + (i % C::STAGES) * p.stage_bytes;
             const int kgs = kg0 + i * C::KS, nk = min(C::KS, kg1 - kgs);
             if (live) {
-                const uint8_t *src = p.rec + ((int64_t)tile * p.kgs + kgs) * R;
-                uint8_t *dst = st + warp * C::KS * R;
-                for (int q = lane; q < nk * (R / 16); q += 32) cp_async16(dst + 16 * q, src + 16 * q, true);
+#pragma unroll
+                for (int u = 0; u < TN; u++) {
+                    /* a tile past the last one reads zeros (its results are never stored) */
+                    const bool ok = tile + u < p.tiles;
+                    const uint8_t *src = p.rec + (ok ? ((int64_t)(tile + u) * p.kgs + kgs) * R : 0);
+                    uint8_t *dst = st + (warp * TN + u) * C::KS * R;
+                    for (int q = lane; q < nk * (R / 16); q += 32) cp_async16(dst + 16 * q, src + (ok ? 16 * q : 0), ok);
+                }
             }
             if (aq < nk * 8) {
                 uint8_t *act = st + wbytes + aq * 16;
@@ -149,19 +167,21 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) dg_kernel(const Args p)
                 const bool ok = k < p.K;
                 for (int h = 0; h < p.halves; h++)
                     for (int m = am0; m < Mb; m += astep)
-                        cp_async16(act + (h * C::MROWS + m) * C::RS, p.x + (ok ? (int64_t)(m0 + m) * p.ldx + h * p.K + k : 0), ok);
+                        cp_async16(act + (h * p.arows + m) * C::RS, p.x + (ok ? (int64_t)(m0 + m) * p.ldx + h * p.K + k : 0), ok);
             }
         }
         cp_async_commit();
     };
 
-    float acc[SETS][NT][4];
+    float acc[SETS][TN][NT][4];
 #pragma unroll
     for (int s = 0; s < SETS; s++)
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++)
+        for (int u = 0; u < TN; u++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) acc[s][nt][i] = 0.0f;
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[s][u][nt][i] = 0.0f;
 
 #pragma unroll
     for (int i = 0; i < C::STAGES - 1; i++) issue(i);
@@ -177,25 +197,33 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) dg_kernel(const Args p)
 #pragma unroll
         for (int kk = 0; kk < C::KS; kk++) {
             if (kk >= nk) break;
-            const uint8_t *rec = st + (warp * C::KS + kk) * R;
-            const uint4 q4 = *reinterpret_cast<const uint4 *>(rec + 16 * lane);
-            const uint32_t words[4] = {q4.x, q4.y, q4.z, q4.w};
-            uint32_t mg[4], mg8[4];
-            lane_mults<F>(rec, lane, g, t, p.c2, mg, mg8);
+            uint32_t words[TN][4], mg[TN][4], mg8[TN][4];
+#pragma unroll
+            for (int u = 0; u < TN; u++) {
+                const uint8_t *rec = st + ((warp * TN + u) * C::KS + kk) * R;
+                const uint4 q4 = *reinterpret_cast<const uint4 *>(rec + 16 * lane);
+                words[u][0] = q4.x;
+                words[u][1] = q4.y;
+                words[u][2] = q4.z;
+                words[u][3] = q4.w;
+                lane_mults<F>(rec, lane, g, t, p.c2, mg[u], mg8[u]);
+            }
 #pragma unroll
             for (int jj = 0; jj < 2; jj++) {
-                /* the fragments of MMAs j = 2jj, 2jj + 1 */
-                uint32_t a[2][4];
+                /* the fragments of MMAs j = 2jj, 2jj + 1 of every tile */
+                uint32_t a[TN][2][4];
 #pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    const int j = 2 * jj + u;
-                    uint32_t P[4];
-                    fp4rl_dg_patterns(F, words[j], P);
-                    a[u][0] = hmul2(P[0], mg[j]);
-                    a[u][1] = hmul2(P[1], mg8[j]);
-                    a[u][2] = hmul2(P[2], mg[j]);
-                    a[u][3] = hmul2(P[3], mg8[j]);
-                }
+                for (int u = 0; u < TN; u++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int j = 2 * jj + e;
+                        uint32_t P[4];
+                        fp4rl_dg_patterns(F, words[u][j], P);
+                        a[u][e][0] = hmul2(P[0], mg[u][j]);
+                        a[u][e][1] = hmul2(P[1], mg8[u][j]);
+                        a[u][e][2] = hmul2(P[2], mg[u][j]);
+                        a[u][e][3] = hmul2(P[3], mg8[u][j]);
+                    }
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     if (h >= p.halves) break;
@@ -205,9 +233,12 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) dg_kernel(const Args p)
                         /* activations k = 16t + 8jj .. +7 of kgroup kk: B fragments of both MMAs */
                         uint4 v = make_uint4(0u, 0u, 0u, 0u);
                         if (row < Mb)
-                            v = *reinterpret_cast<const uint4 *>(act + (h * C::MROWS + row) * C::RS + kk * (FP4RL_DG_KGROUP * 2) + jj * 16);
-                        mma_bf16(acc[0][nt], a[0][0], a[0][1], a[0][2], a[0][3], v.x, v.y);
-                        mma_bf16(acc[SETS - 1][nt], a[1][0], a[1][1], a[1][2], a[1][3], v.z, v.w);
+                            v = *reinterpret_cast<const uint4 *>(act + (h * p.arows + row) * C::RS + kk * (FP4RL_DG_KGROUP * 2) + jj * 16);
+#pragma unroll
+                        for (int u = 0; u < TN; u++) {
+                            mma_bf16(acc[0][u][nt], a[u][0][0], a[u][0][1], a[u][0][2], a[u][0][3], v.x, v.y);
+                            mma_bf16(acc[SETS - 1][u][nt], a[u][1][0], a[u][1][1], a[u][1][2], a[u][1][3], v.z, v.w);
+                        }
                     }
                 }
             }
@@ -219,15 +250,17 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) dg_kernel(const Args p)
     if (p.slices == 1) {
         if (!live) return;
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++)
+        for (int u = 0; u < TN; u++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int n = tile * FP4RL_DG_TILE + g + 8 * (i >> 1), m = nt * 8 + 2 * t + (i & 1);
-                if (m < Mb && n < p.N) {
-                    const float s = SETS == 2 ? acc[0][nt][i] + acc[SETS - 1][nt][i] : acc[0][nt][i];
-                    p.y[(int64_t)(m0 + m) * p.N + n] = p.alpha * s + (p.bias ? p.bias[n] : 0.0f);
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int n = (tile + u) * FP4RL_DG_TILE + g + 8 * (i >> 1), m = nt * 8 + 2 * t + (i & 1);
+                    if (m < Mb && n < p.N) {
+                        const float s = SETS == 2 ? acc[0][u][nt][i] + acc[SETS - 1][u][nt][i] : acc[0][u][nt][i];
+                        p.y[(int64_t)(m0 + m) * p.N + n] = p.alpha * s + (p.bias ? p.bias[n] : 0.0f);
+                    }
                 }
-            }
         return;
     }
 #if __CUDA_ARCH__ >= 900
@@ -235,15 +268,19 @@ __global__ void __launch_bounds__(MAX_WARPS * 32) dg_kernel(const Args p)
      * the cluster adds one range of them over all ranks in rank order */
     __syncthreads(); /* every warp is done with the stages */
     float *red = reinterpret_cast<float *>(smem);
-    const int NL = p.wn * FP4RL_DG_TILE, lg = p.wn == 8 ? 7 : 6;
+    const int NL = p.wn * TN * FP4RL_DG_TILE, lg = (p.wn == 8 ? 7 : 6) + (TN == 2 ? 1 : 0);
     if (live) {
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++)
+        for (int u = 0; u < TN; u++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int m = nt * 8 + 2 * t + (i & 1);
-                red[m * NL + warp * FP4RL_DG_TILE + g + 8 * (i >> 1)] = SETS == 2 ? acc[0][nt][i] + acc[SETS - 1][nt][i] : acc[0][nt][i];
-            }
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int m = nt * 8 + 2 * t + (i & 1);
+                    if (m < Mb) /* rows past Mb have no room when the CTA covers fewer rows (arows) */
+                        red[m * NL + (warp * TN + u) * FP4RL_DG_TILE + g + 8 * (i >> 1)] =
+                            SETS == 2 ? acc[0][u][nt][i] + acc[SETS - 1][u][nt][i] : acc[0][u][nt][i];
+                }
     }
     cg::cluster_group cl = cg::this_cluster();
     cl.sync();
@@ -321,6 +358,29 @@ cudaError_t launch(const Args &a, int blocks, int smem, cudaStream_t s)
     cfg.attrs = attr;
     cfg.numAttrs = a.slices > 1 ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, dg_kernel<F, NT>, a);
+}
+
+/* CTAs of this shape that fit on one multiprocessor (registers, shared memory, threads). */
+template <int F, int NT>
+int fit(int wn, int smem)
+{
+    int n = 0;
+    if (cudaFuncSetAttribute(dg_kernel<F, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, dg_kernel<F, NT>, wn * 32, (size_t)smem) != cudaSuccess)
+        n = 0;
+    return n > 0 ? n : 1;
+}
+
+template <int F>
+int fit_nt(int NT, int wn, int smem)
+{
+    switch (NT) {
+    case 1: return fit<F, 1>(wn, smem);
+    case 2: return fit<F, 2>(wn, smem);
+    case 4: return fit<F, 4>(wn, smem);
+    case 8: return fit<F, 8>(wn, smem);
+    default: return fit<F, 16>(wn, smem);
+    }
 }
 
 template <int F>
@@ -450,7 +510,7 @@ fp4rl_status fp4rl_cuda_dg_run_cfg(fp4rl_context *ctx, float *y, const uint16_t 
     if (st) return st;
     fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
     const int NT = M <= 8 ? 1 : M <= 16 ? 2 : M <= 32 ? 4 : M <= 64 ? 8 : 16;
-    const int mrows = 8 * NT, ks = NT <= 4 ? 2 : 1, stages = NT <= 4 ? 4 : 3;
+    const int mrows = 8 * NT, ks = cfg_ks(NT), stages = cfg_stages(NT), tn = cfg_tn(NT);
     Args a;
     a.rec = L->rec;
     a.x = x;
@@ -464,17 +524,33 @@ fp4rl_status fp4rl_cuda_dg_run_cfg(fp4rl_context *ctx, float *y, const uint16_t 
     a.tiles = L->tiles;
     a.kgs = L->kgs;
     a.mblocks = (int)((M + mrows - 1) / mrows);
+    a.arows = M < mrows ? (int)M : mrows;
     a.c2 = L->c2;
     a.alpha = L->alpha;
-    /* Enough CTAs for about two per multiprocessor: 8 warps when the row blocks alone give that,
-     * else 4 and split-K slices; each slice keeps at least two stages. */
-    const int sms = cu->sm_count;
-    a.wn = warps ? warps : ((L->tiles + 7) / 8 * a.mblocks >= 2 * sms ? 8 : 4);
-    const int rblocks = (L->tiles + a.wn - 1) / a.wn;
+    /* The H200 sweep of v1 (8192^2): 4 warps and as many split-K slices as fill the machine
+     * (4 warps x 8 slices: 26.4 us at M = 1 against 31.1 for two CTAs per SM; the same at M = 16
+     * and 64). So: 4 warps (8 when the row blocks alone fill it), and slices up to one full wave
+     * of CTAs as far as registers and shared memory let them be resident at once (never a second,
+     * partial wave); each slice keeps at least two stages. */
+    const int sms = cu->sm_count, R = fp4rl_dg_record_bytes(L->fmt);
+    const int row_bytes = ks * FP4RL_DG_KGROUP * 2 + 16;
+    const int arows = M < mrows ? (int)M : mrows;
+    auto smem_of = [&](int wn, int sl) {
+        const int pipe = stages * (wn * tn * ks * R + a.halves * arows * row_bytes);
+        const int red = sl > 1 ? wn * tn * FP4RL_DG_TILE * arows * (int)sizeof(float) : 0;
+        return pipe > red ? pipe : red;
+    };
+    auto fits = [&](int wn, int sl) {
+        const int sm = smem_of(wn, sl);
+        return L->fmt == FP4RL_DTYPE_MXFP4 ? fit_nt<MX4>(NT, wn, sm) : L->fmt == FP4RL_DTYPE_NVFP4 ? fit_nt<NV>(NT, wn, sm) : fit_nt<HIF4>(NT, wn, sm);
+    };
+    a.wn = warps ? warps : ((L->tiles + 8 * tn - 1) / (8 * tn) * a.mblocks >= fits(8, 1) * sms ? 8 : 4);
+    const int rblocks = (L->tiles + a.wn * tn - 1) / (a.wn * tn);
     int s = slices;
     if (!s) {
         const int ctas = rblocks * a.mblocks, smax = L->kgs / (2 * ks) > 1 ? L->kgs / (2 * ks) : 1;
-        s = (2 * sms + ctas - 1) / ctas;
+        s = fits(a.wn, 2) * sms / ctas;
+        if (s < 1) s = 1;
         if (s > smax) s = smax;
         if (s > MAX_SLICES) s = MAX_SLICES;
     }
@@ -482,11 +558,8 @@ fp4rl_status fp4rl_cuda_dg_run_cfg(fp4rl_context *ctx, float *y, const uint16_t 
     if (cu->cc_major < 9) s = 1; /* split-K slices meet in a thread-block cluster (sm_90) */
     a.kg_per_slice = (L->kgs + s - 1) / s;
     a.slices = (L->kgs + a.kg_per_slice - 1) / a.kg_per_slice; /* no empty slice */
-    const int R = fp4rl_dg_record_bytes(L->fmt);
-    a.stage_bytes = a.wn * ks * R + a.halves * mrows * (ks * FP4RL_DG_KGROUP * 2 + 16);
-    int smem = stages * a.stage_bytes;
-    const int red = a.slices > 1 ? a.wn * FP4RL_DG_TILE * mrows * (int)sizeof(float) : 0;
-    if (red > smem) smem = red;
+    a.stage_bytes = a.wn * tn * ks * R + a.halves * a.arows * row_bytes;
+    const int smem = smem_of(a.wn, a.slices);
     const int64_t blocks = (int64_t)rblocks * a.mblocks * a.slices;
     if (blocks > 0x7fffffff) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "decode GEMM: grid too large");
     cudaError_t err;

@@ -209,6 +209,7 @@ START_TEST(test_launch_shapes)
                 check_run(&c, 1, 0, 1, warps[wi], slices[si]);
                 check_run(&c, 16, 1, 1, warps[wi], slices[si]);
                 check_run(&c, si == 2 ? 256 : 64, 0, 0, warps[wi], slices[si]);
+                check_run(&c, si == 1 ? 20 : 32, 1, 0, warps[wi], slices[si]); /* M 17..32: 4 n8 tiles, two weight tiles per warp */
             }
         free_weight(&c);
     }
