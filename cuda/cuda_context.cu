@@ -108,7 +108,7 @@ static void release(fp4rl_cuda *cu)
      * waiting for both keeps every kernel of this context done before its memory goes. */
     if (cu->own_stream && cu->own_stream != cu->stream) cudaStreamSynchronize(cu->own_stream);
     fp4rl_cuda_gemm_destroy(cu);
-    if (cu->lt) cublasLtDestroy(cu->lt);
+    if (cu->lt) fp4rl_cublaslt_api()->destroy(cu->lt); /* set only once cuBLASLt loaded */
     if (cu->lt_workspace) cudaFree(cu->lt_workspace);
     if (cu->scratch_dev) cudaFree(cu->scratch_dev);
     if (cu->scratch_host) cudaFreeHost(cu->scratch_host);
@@ -282,6 +282,11 @@ extern "C" fp4rl_status fp4rl_cuda_context_init(fp4rl_context *ctx, int ordinal)
         return fp4rl_fail(FP4RL_ERR_DEVICE, "no CUDA device: %s: ordinal %d asked for, but only %d GPU%s (0 .. %d)", fn, ordinal, n,
                           n == 1 ? " is visible" : "s are visible", n - 1);
 
+    /* libcublasLt is loaded at run time (cuda/cublaslt_loader.h): its absence is told here, at the
+     * context's creation, not at the first GEMM. */
+    const fp4rl_cublaslt *api = fp4rl_cublaslt_api();
+    if (!api->ok) return fp4rl_fail(FP4RL_ERR_DEVICE, "no CUDA device: %s: device %d: %s", fn, ordinal, api->why);
+
     fp4rl_cuda *cu = (fp4rl_cuda *)calloc(1, sizeof *cu);
     if (!cu) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
     cu->device = ordinal;
@@ -317,7 +322,7 @@ extern "C" fp4rl_status fp4rl_cuda_context_init(fp4rl_context *ctx, int ordinal)
         return fp4rl_fail(FP4RL_ERR_DEVICE, "no CUDA device: %s: device %d (%s) has compute capability %d.%d; fp4rl's kernels need 8.0 or newer",
                           fn, ordinal, prop.name, prop.major, prop.minor);
     }
-    cublasStatus_t bs = cublasLtCreate(&cu->lt);
+    cublasStatus_t bs = api->create(&cu->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         cu->lt = NULL;
         release(cu);

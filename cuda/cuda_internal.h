@@ -6,7 +6,7 @@
 #define FP4RL_CUDA_INTERNAL_H
 
 #include <cuda_runtime.h>
-#include <cublasLt.h>
+#include "cublaslt_loader.h" /* cublasLt.h, and its entry points loaded at run time */
 
 #include "runtime/internal.h"
 

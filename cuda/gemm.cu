@@ -88,11 +88,12 @@ __global__ void f32_to_bf16_kernel(const float *in, uint16_t *out, int64_t n)
 /* ---- cuBLASLt ---- */
 void destroy_plan(fp4rl_cuda_plan *pl)
 {
+    const fp4rl_cublaslt *api = fp4rl_cublaslt_api();
     if (!pl->valid) return;
-    cublasLtMatrixLayoutDestroy(pl->la);
-    cublasLtMatrixLayoutDestroy(pl->lb);
-    cublasLtMatrixLayoutDestroy(pl->lc);
-    cublasLtMatmulDescDestroy(pl->desc);
+    api->layout_destroy(pl->la);
+    api->layout_destroy(pl->lb);
+    api->layout_destroy(pl->lc);
+    api->desc_destroy(pl->desc);
     pl->valid = 0;
 }
 
@@ -110,15 +111,17 @@ bool same_shape(const fp4rl_cuda_gemm_shape *x, const fp4rl_cuda_gemm_shape *y)
 
 int make_layout(cublasLtMatrixLayout_t *l, int type, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride)
 {
-    if (cublasLtMatrixLayoutCreate(l, (cudaDataType_t)type, (uint64_t)rows, (uint64_t)cols, ld) != CUBLAS_STATUS_SUCCESS) return 0;
+    const fp4rl_cublaslt *api = fp4rl_cublaslt_api();
+    if (api->layout_create(l, (cudaDataType_t)type, (uint64_t)rows, (uint64_t)cols, ld) != CUBLAS_STATUS_SUCCESS) return 0;
     if (batch <= 1) return 1;
     const int count = (int)batch;
-    return cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count) == CUBLAS_STATUS_SUCCESS &&
-           cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride) == CUBLAS_STATUS_SUCCESS;
+    return api->layout_set_attribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count) == CUBLAS_STATUS_SUCCESS &&
+           api->layout_set_attribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride) == CUBLAS_STATUS_SUCCESS;
 }
 
 fp4rl_cuda_plan *get_plan(fp4rl_cuda *cu, const fp4rl_cuda_gemm_shape *g)
 {
+    const fp4rl_cublaslt *api = fp4rl_cublaslt_api();
     fp4rl_cuda_plan *victim = &cu->plans[0];
     for (int i = 0; i < FP4RL_CUDA_PLAN_CACHE; i++) {
         fp4rl_cuda_plan *pl = &cu->plans[i];
@@ -133,9 +136,9 @@ fp4rl_cuda_plan *get_plan(fp4rl_cuda *cu, const fp4rl_cuda_gemm_shape *g)
     fp4rl_cuda_plan *pl = victim;
     memset(pl, 0, sizeof *pl);
     const cublasOperation_t ta = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (cublasLtMatmulDescCreate(&pl->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return NULL;
-    cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-    cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (api->desc_create(&pl->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return NULL;
+    api->desc_set_attribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    api->desc_set_attribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
     int ok = make_layout(&pl->la, g->ab_type, g->tb ? g->k : g->n, g->tb ? g->n : g->k, g->ldb, g->batch, g->sb);
     ok = ok && make_layout(&pl->lb, g->ab_type, g->ta ? g->m : g->k, g->ta ? g->k : g->m, g->lda, g->batch, g->sa);
     ok = ok && make_layout(&pl->lc, g->c_type, g->n, g->m, g->ldc, g->batch, g->sc);
@@ -145,17 +148,17 @@ fp4rl_cuda_plan *get_plan(fp4rl_cuda *cu, const fp4rl_cuda_gemm_shape *g)
         return NULL;
     }
     cublasLtMatmulPreference_t pref;
-    if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
+    if (api->pref_create(&pref) == CUBLAS_STATUS_SUCCESS) {
         size_t ws = cu->lt_workspace_bytes;
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+        api->pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
         cublasLtMatmulHeuristicResult_t res;
         int count = 0;
-        if (cublasLtMatmulAlgoGetHeuristic(cu->lt, pl->desc, pl->la, pl->lb, pl->lc, pl->lc, pref, 1, &res, &count) == CUBLAS_STATUS_SUCCESS &&
+        if (api->algo_get_heuristic(cu->lt, pl->desc, pl->la, pl->lb, pl->lc, pl->lc, pref, 1, &res, &count) == CUBLAS_STATUS_SUCCESS &&
             count > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
             pl->algo = res.algo;
             pl->has_algo = 1;
         }
-        cublasLtMatmulPreferenceDestroy(pref);
+        api->pref_destroy(pref);
     }
     pl->g = *g;
     pl->stamp = ++cu->plan_clock;
@@ -303,8 +306,9 @@ int fp4rl_cuda_lt_gemm_ex(fp4rl_cuda *cu, const fp4rl_cuda_gemm_shape *g, const 
 {
     fp4rl_cuda_plan *pl = get_plan(cu, g);
     if (!pl || !pl->has_algo) return 0;
-    return cublasLtMatmul(cu->lt, pl->desc, &alpha, b, pl->la, a, pl->lb, &beta, c, pl->lc, c, pl->lc, &pl->algo, cu->lt_workspace,
-                          cu->lt_workspace_bytes, cu->stream) == CUBLAS_STATUS_SUCCESS;
+    const fp4rl_cublaslt *api = fp4rl_cublaslt_api();
+    return api->matmul(cu->lt, pl->desc, &alpha, b, pl->la, a, pl->lb, &beta, c, pl->lc, c, pl->lc, &pl->algo, cu->lt_workspace,
+                       cu->lt_workspace_bytes, cu->stream) == CUBLAS_STATUS_SUCCESS;
 }
 
 void fp4rl_cuda_gemm_destroy(fp4rl_cuda *cu)

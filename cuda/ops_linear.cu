@@ -46,39 +46,38 @@ fp4rl_status gemm_rm(fp4rl_context *ctx, float *c, const void *a, const void *b,
                      int64_t lda, int64_t ldb, float beta, const char *what, cudaDataType_t ab = CUDA_R_32F)
 {
     fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    const fp4rl_cublaslt *api = fp4rl_cublaslt_api();
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t l1 = NULL, l2 = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
     const cublasOperation_t op1 = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op2 = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    int ok = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1) == CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2) == CUBLAS_STATUS_SUCCESS;
+    int ok = api->desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && api->desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && api->desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2) == CUBLAS_STATUS_SUCCESS;
     /* stored shapes, column-major: B^T is [N,K] (or [K,N] when tb), A^T is [K,M] (or [M,K] when ta) */
-    ok = ok && cublasLtMatrixLayoutCreate(&l1, ab, tb ? (uint64_t)K : (uint64_t)N, tb ? (uint64_t)N : (uint64_t)K, ldb) ==
-                   CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatrixLayoutCreate(&l2, ab, ta ? (uint64_t)M : (uint64_t)K, ta ? (uint64_t)K : (uint64_t)M, lda) ==
-                   CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)N, (uint64_t)M, N) == CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && api->layout_create(&l1, ab, tb ? (uint64_t)K : (uint64_t)N, tb ? (uint64_t)N : (uint64_t)K, ldb) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && api->layout_create(&l2, ab, ta ? (uint64_t)M : (uint64_t)K, ta ? (uint64_t)K : (uint64_t)M, lda) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && api->layout_create(&lc, CUDA_R_32F, (uint64_t)N, (uint64_t)M, N) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && api->pref_create(&pref) == CUBLAS_STATUS_SUCCESS;
     cublasLtMatmulHeuristicResult_t res;
     int count = 0;
     if (ok) {
         size_t ws = cu->lt_workspace_bytes;
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-        ok = cublasLtMatmulAlgoGetHeuristic(cu->lt, desc, l1, l2, lc, lc, pref, 1, &res, &count) == CUBLAS_STATUS_SUCCESS && count > 0 &&
+        api->pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+        ok = api->algo_get_heuristic(cu->lt, desc, l1, l2, lc, lc, pref, 1, &res, &count) == CUBLAS_STATUS_SUCCESS && count > 0 &&
              res.state == CUBLAS_STATUS_SUCCESS;
     }
     int done = 0;
     if (ok) {
         const float alpha = 1.0f;
-        done = cublasLtMatmul(cu->lt, desc, &alpha, b, l1, a, l2, &beta, c, lc, c, lc, &res.algo, cu->lt_workspace, cu->lt_workspace_bytes,
-                              cu->stream) == CUBLAS_STATUS_SUCCESS;
+        done = api->matmul(cu->lt, desc, &alpha, b, l1, a, l2, &beta, c, lc, c, lc, &res.algo, cu->lt_workspace, cu->lt_workspace_bytes,
+                           cu->stream) == CUBLAS_STATUS_SUCCESS;
     }
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (l2) cublasLtMatrixLayoutDestroy(l2);
-    if (l1) cublasLtMatrixLayoutDestroy(l1);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (pref) api->pref_destroy(pref);
+    if (lc) api->layout_destroy(lc);
+    if (l2) api->layout_destroy(l2);
+    if (l1) api->layout_destroy(l1);
+    if (desc) api->desc_destroy(desc);
     if (!done && ab == CUDA_R_16BF)
         gemm_naive_k<uint16_t><<<ew_grid(M * N), 256, 0, cu->stream>>>(c, static_cast<const uint16_t *>(a), static_cast<const uint16_t *>(b), M,
                                                                      N, K, ta, tb, lda, ldb, beta);

@@ -19,6 +19,11 @@ if(CMAKE_CXX_COMPILER)
 endif()
 
 add_test(NAME check_abi COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_abi.sh $<TARGET_FILE:fp4rl> ${PROJECT_SOURCE_DIR})
+# A CUDA build of libfp4rl loads without CUDA: no NEEDED cuBLAS(Lt) / cudart / NCCL (no GPU needed).
+if(FP4RL_HAVE_CUDA)
+  add_test(NAME check_needed COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_needed.sh $<TARGET_FILE:fp4rl>)
+  set_tests_properties(check_needed PROPERTIES LABELS "layout" TIMEOUT 60)
+endif()
 if(NOT FP4RL_SANITIZE) # the consumer programs are built without the sanitizer runtime
   add_test(NAME test_install COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_install.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR})
 endif()
