@@ -1,12 +1,18 @@
 /*
  * fp4rl_bench.cu - throughput of the CUDA backend next to the ceilings measured in the same run.
  *
- *   fp4rl_bench [reps]      (default 10 timed runs per row, median reported)
+ *   fp4rl_bench [reps] [quant [FORMAT]|decode]   (default 10 timed runs per row, median reported;
+ *        quant: sections 1 and 2 only, of one format if named (as fp4rl_dtype_name spells it: for
+ *        profiling runs); decode: section 4 only)
  *
- * 1. Device-to-device copy bandwidth (bytes read + written), the ceiling of quantization.
+ * 1. Device-to-device copy bandwidth (bytes read + written), the ceiling of quantization; next to
+ *    it two streaming kernels of this file on the quantize input's size: read-only, and read N +
+ *    write N/4 (the traffic of a 4-bit quantization), for what the memory gives such a pattern.
  * 2. fp4rl_quantize of a BF16 8192 x 8192 tensor, every format x {1D, 2D} x {nearest, stochastic}:
  *    bytes read + written per second (source once, codes and scales once) and the share of copy
- *    bandwidth.
+ *    bandwidth, for the quantize kernels alone (fp4rl_cuda_quantize_launch into a preallocated
+ *    tensor: no allocation, no host read-back of NVFP4's g) and for the public call. NVFP4 reads
+ *    the source twice (its tensor amax first), which the bytes do not count.
  * 3. fp4rl_matmul at M = N = K = 4096 and 8192 with both operands in each FP4 format (the
  *    dequantization to BF16 included) against the same call on BF16 operands (cuBLASLt BF16).
  * 4. Decode-shaped products, M in {1, 16, 64}, N = K = 8192: the fused FP4-weight kernel against
@@ -66,6 +72,27 @@ __global__ void spin_kernel(unsigned long long ns)
     do {
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     } while (t - t0 < ns);
+}
+
+/* Streaming references: every thread reads 4 x 16 bytes (grid-stride) and folds them into one
+ * word; write_quarter > 0 also writes a quarter of the bytes read (one 16-byte store per 64 read). */
+__global__ void stream_kernel(const uint4 *src, int64_t n16, uint4 *dst, int write_quarter, unsigned *sink)
+{
+    unsigned acc = 0;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x * 4;
+    for (int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n16; i += stride) {
+        uint4 v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] = i + k < n16 ? __ldg(src + i + k) : make_uint4(0, 0, 0, 0);
+        uint4 r;
+        r.x = v[0].x ^ v[1].y ^ v[2].z ^ v[3].w;
+        r.y = v[0].y ^ v[1].z ^ v[2].w ^ v[3].x;
+        r.z = v[0].z ^ v[1].w ^ v[2].x ^ v[3].y;
+        r.w = v[0].w ^ v[1].x ^ v[2].y ^ v[3].z;
+        if (write_quarter) dst[i / 4] = r;
+        else acc ^= r.x ^ r.y ^ r.z ^ r.w;
+    }
+    if (acc == 0x9e3779b9u) *sink = acc; /* keeps the loads; practically never taken */
 }
 
 /* Roughly Gaussian BF16 values from a hash of the index (sum of four uniforms). */
@@ -318,6 +345,8 @@ int main(int argc, char **argv)
     if (argc > 1) reps = atoi(argv[1]) > 0 ? atoi(argv[1]) : reps;
     const int decode_only = argc > 2 && strcmp(argv[2], "decode") == 0; /* for profiling runs */
     const int dg_only = argc > 2 && strcmp(argv[2], "dg") == 0, dg_prof = argc > 4 && strcmp(argv[2], "dgprof") == 0;
+    const int quant_only = argc > 2 && strcmp(argv[2], "quant") == 0;
+    const char *only_format = quant_only && argc > 3 ? argv[3] : NULL;
     fp4rl_status st = fp4rl_context_create(&ctx, FP4RL_DEVICE_CUDA, 0);
     if (st != FP4RL_OK) {
         printf("skip: %s\n", fp4rl_last_error());
@@ -353,31 +382,69 @@ int main(int argc, char **argv)
     /* ---- 2. quantize throughput ---- */
     const int64_t QN = 8192;
     fp4rl_tensor *x = random_bf16(QN, QN, 1);
+    {
+        /* the streaming references on the same input (and an output of a quarter of its size) */
+        const int64_t n16 = (int64_t)fp4rl_tensor_nbytes(x) / 16;
+        uint4 *dst;
+        unsigned *sink;
+        CU(cudaMalloc(&dst, (size_t)(n16 / 4 + 1) * 16));
+        CU(cudaMalloc(&sink, sizeof(unsigned)));
+        const unsigned grid = (unsigned)prop.multiProcessorCount * 8;
+        const uint4 *src = static_cast<const uint4 *>(x->data);
+        const double ro = time_ms([&](int) { stream_kernel<<<grid, 256, 0, stream>>>(src, n16, dst, 0, sink); });
+        const double rw = time_ms([&](int) { stream_kernel<<<grid, 256, 0, stream>>>(src, n16, dst, 1, sink); });
+        const double b = (double)n16 * 16;
+        printf("Streaming kernels on the quantize input (%.0f MB): read-only %.1f us, %.0f GB/s (%.0f%% of copy); "
+               "read + write 1/4 %.1f us, %.0f GB/s (%.0f%% of copy)\n\n",
+               b / 1e6, ro * 1e3, b / (ro * 1e-3) / 1e9, 100.0 * b / (ro * 1e-3) / 1e9 / copy_bw, rw * 1e3,
+               1.25 * b / (rw * 1e-3) / 1e9, 100.0 * 1.25 * b / (rw * 1e-3) / 1e9 / copy_bw);
+        CU(cudaFree(dst));
+        CU(cudaFree(sink));
+    }
     printf("## Quantize, BF16 %lld x %lld (truncation-free scales where the format has a rule)\n\n", (long long)QN, (long long)QN);
-    printf("| format | blocks | rounding | time (us) | GB/s (read + written) | %% of copy |\n|---|---|---|---|---|---|\n");
+    printf("Kernels: the quantize kernels alone (NVFP4: its amax pass too, which reads the source a second time, "
+           "uncounted); call: fp4rl_quantize as a user calls it (allocation; NVFP4 also waits for g on the host).\n\n");
+    printf("| format | blocks | rounding | kernels (us) | GB/s (read + written) | %% of copy | call (us) | call %% of copy |\n"
+           "|---|---|---|---|---|---|---|---|\n");
     for (fp4rl_dtype f : FORMATS)
         for (int two_d = 0; two_d < 2; two_d++)
             for (int sr = 0; sr < 2; sr++) {
+                if (only_format && strcmp(only_format, fmt_name(f)) != 0) continue;
                 const int tile = two_d ? tile2d(f) : 0;
                 fp4rl_quant_policy *p = policy(f, tile, sr);
                 fp4rl_tensor *q;
                 CK(fp4rl_quantize(&q, ctx, x, f, p, FP4RL_ROLE_WEIGHT));
                 const double bytes = (double)fp4rl_tensor_nbytes(x) + (double)fp4rl_tensor_nbytes(q);
-                fp4rl_tensor_destroy(q);
-                const double ms = time_ms([&](int) {
+                const double call = time_ms([&](int) {
                     fp4rl_tensor *r;
                     CK(fp4rl_quantize(&r, ctx, x, f, p, FP4RL_ROLE_WEIGHT));
                     fp4rl_tensor_destroy(r); /* back to the cache; stream order protects it */
                 });
-                const double bw = bytes / (ms * 1e-3) / 1e9;
+                fp4rl_qparams qp;
+                memset(&qp, 0, sizeof qp);
+                qp.format = f;
+                qp.tile = tile;
+                qp.truncation_free = 1;
+                qp.stochastic = sr;
+                qp.seed = 0x243F6A8885A308D3ull;
+                const double ms = time_ms([&](int i) {
+                    qp.offset = (uint64_t)i;
+                    CK(fp4rl_cuda_quantize_launch(ctx, q, x, &qp));
+                });
+                fp4rl_tensor_destroy(q);
+                const double bw = bytes / (ms * 1e-3) / 1e9, cbw = bytes / (call * 1e-3) / 1e9;
                 char blocks[16];
                 snprintf(blocks, sizeof blocks, two_d ? "2D %dx%d" : "1D", tile, tile);
-                printf("| %s | %s | %s | %.1f | %.0f | %.0f%% |\n", fmt_name(f), blocks, sr ? "stochastic" : "nearest", ms * 1e3, bw,
-                       100.0 * bw / copy_bw);
+                printf("| %s | %s | %s | %.1f | %.0f | %.0f%% | %.1f | %.0f%% |\n", fmt_name(f), blocks, sr ? "stochastic" : "nearest",
+                       ms * 1e3, bw, 100.0 * bw / copy_bw, call * 1e3, 100.0 * cbw / copy_bw);
                 fflush(stdout);
                 fp4rl_quant_policy_destroy(p);
             }
     fp4rl_tensor_destroy(x);
+    if (quant_only) {
+        fp4rl_context_destroy(ctx);
+        return 0;
+    }
 
     /* ---- 3. large GEMMs ---- */
     printf("\n## GEMM C[M,N] = A[M,K] B[N,K]^T, BF16 output, M = N = K\n\n");

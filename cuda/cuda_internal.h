@@ -116,6 +116,10 @@ void fp4rl_cuda_comm_destroy(fp4rl_context *ctx);
 
 /* ---- the backend's ops ---- */
 fp4rl_status fp4rl_cuda_quantize(fp4rl_context *ctx, fp4rl_tensor *q, const fp4rl_tensor *src, const fp4rl_qparams *p);
+/* The GPU work of fp4rl_cuda_quantize alone, queued on the stream and not waited for: NVFP4's amax
+ * pass stays in device memory (cu->scratch_dev) and q->tensor_scale is not set. For the benchmark,
+ * which times the kernels without the host read-back of g. */
+fp4rl_status fp4rl_cuda_quantize_launch(fp4rl_context *ctx, fp4rl_tensor *q, const fp4rl_tensor *src, const fp4rl_qparams *p);
 fp4rl_status fp4rl_cuda_dequantize(fp4rl_context *ctx, fp4rl_tensor *out, const fp4rl_tensor *q, int unscaled);
 fp4rl_status fp4rl_cuda_transpose(fp4rl_context *ctx, fp4rl_tensor *out, const fp4rl_tensor *t);
 fp4rl_status fp4rl_cuda_gemm_nt(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b, float alpha);

@@ -215,6 +215,95 @@ START_TEST(test_element_stochastic_u_zero)
 }
 END_TEST
 
+/* Every BF16 value, then a million random binary32 ones around the grids, through the E2M1 and E4M3
+ * encoders: nearest against the search model; stochastic against the spec's formula in double,
+ * with u on the exact fraction and 2^-24 either side of it, where the strict "u < fraction"
+ * decides. The encoders read codes off one binary32 addition (formats.h), so this walks every
+ * binade, the subnormal grids, the ties and the saturation of both grids. */
+static void check_grid_sr(float v, float u, const double *tab, unsigned n, int e4m3)
+{
+    const double a = fabs((double)v);
+    unsigned lo, hi, want;
+    if (a >= tab[n - 1]) {
+        want = n - 1;
+    } else {
+        ref_grid_bracket(a, tab, n, &lo, &hi);
+        want = (double)u < (a - tab[lo]) / (tab[hi] - tab[lo]) ? hi : lo; /* hi - lo is a power of two: exact */
+    }
+    want |= signbit(v) ? (e4m3 ? 0x80u : 0x8u) : 0u;
+    const unsigned got = e4m3 ? fp4rl_e4m3_encode(v, u) : fp4rl_e2m1_encode(v, u);
+    ck_assert_msg(got == want, "%s SR(%a, u=%a) = 0x%x, want 0x%x", e4m3 ? "E4M3" : "E2M1", (double)v, (double)u, got, want);
+}
+START_TEST(test_encoders_every_bf16)
+{
+    trng r = trng_make(11);
+    for (uint32_t h = 0; h < 0x10000u + 1000000u; h++) {
+        uint32_t b = h << 16;
+        if (h >= 0x10000u) /* random sign and mantissa, exponents from 2^-12 to 2^9 */
+            b = ((uint32_t)trng_u64(&r) & 0x807fffffu) | ((uint32_t)(115 + trng_u64(&r) % 22) << 23);
+        const float x = bits_f32(b);
+        if (isnan(x)) continue;
+        {
+            const float v = x;
+            ck_assert_msg(fp4rl_e2m1_encode(v, -1.0f) == ref_e2m1_encode(v), "E2M1 RNE(%a)", (double)v);
+            ck_assert_msg(fp4rl_e4m3_encode(v, -1.0f) == ref_e4m3_encode(v), "E4M3 RNE(%a)", (double)v);
+            for (int g = 0; g < 2; g++) {
+                const double *tab = g ? E4M3_MAG : E2M1_MAG;
+                const unsigned n = g ? 127 : 8;
+                const double a = fabs((double)v);
+                double frac = 0.0;
+                if (a < tab[n - 1]) {
+                    unsigned lo, hi;
+                    ref_grid_bracket(a, tab, n, &lo, &hi);
+                    frac = (a - tab[lo]) / (tab[hi] - tab[lo]);
+                }
+                const double k24 = floor(frac * 0x1p24);
+                const double us[4] = {k24, k24 + 1, k24 - 1, (double)((b * 2654435761u) >> 8)};
+                for (int i = 0; i < 4; i++)
+                    if (us[i] >= 0 && us[i] < 0x1p24) check_grid_sr(v, (float)(us[i] * 0x1p-24), tab, n, g);
+            }
+        }
+    }
+}
+END_TEST
+
+/* HiF4 elements: every BF16 value, every increment, the reciprocals of every E6M2 base, against
+ * step 6 of the spec written out literally in binary32. */
+START_TEST(test_hif4_encode_every_bf16)
+{
+    for (unsigned c = 0; c < 0xFF; c += 3) {
+        const float rec = ref_bf16_round(1.0f / fp4rl_hif4_word_base(c));
+        for (uint32_t h = 0; h < 0x10000u; h++) {
+            const float x = bits_f32(h << 16);
+            if (!isfinite(x)) continue;
+            for (int inc = 0; inc <= 2; inc++) {
+                const float v = (fabsf(x) * (float)ldexp(1.0, -inc)) * rec;
+                const float us[4] = {-1.0f, 0.0f, 1.0f - 0x1p-24f, (float)((h * 40503u + c) & 0xffffffu) * 0x1p-24f};
+                for (int i = 0; i < 4; i++) {
+                    float nf;
+                    if (us[i] < 0.0f) {
+                        nf = floorf(v * 4.0f + 0.5f);
+                    } else if (v >= 1.75f) {
+                        nf = 7.0f;
+                    } else {
+                        const float lo = floorf(v * 4.0f) * 0.25f;
+                        nf = us[i] < (v - lo) * 4.0f ? lo * 4.0f + 1.0f : lo * 4.0f;
+                    }
+                    const unsigned want = (signbit(x) ? 8u : 0u) | (unsigned)(nf > 7.0f ? 7.0f : nf);
+                    ck_assert_msg(fp4rl_hif4_encode(x, inc, rec, us[i]) == want, "HiF4(%a, inc %d, rec %a, u %a) = 0x%x, want 0x%x",
+                                  (double)x, inc, (double)rec, (double)us[i], fp4rl_hif4_encode(x, inc, rec, us[i]), want);
+                }
+            }
+        }
+    }
+    /* the base's reciprocal is the spec's bf16(1 / base) for every amax a BF16 value can be */
+    for (uint32_t h = 0; h < 0x7f80u; h++) {
+        const fp4rl_hif4_base b = fp4rl_hif4_make_base(bits_f32(h << 16));
+        ck_assert_msg(f32_bits(b.rec) == f32_bits(ref_bf16_round(1.0f / b.base)), "rec of base %a", (double)b.base);
+    }
+}
+END_TEST
+
 START_TEST(test_bf16_rounding)
 {
     trng r = trng_make(4);
@@ -670,6 +759,8 @@ Suite *formats_suite(void)
     tcase_add_test(tc, test_element_stochastic_formula);
     tcase_add_test(tc, test_element_stochastic_u_zero);
     tcase_add_test(tc, test_bf16_rounding);
+    tcase_add_test(tc, test_encoders_every_bf16);
+    tcase_add_test(tc, test_hif4_encode_every_bf16);
     suite_add_tcase(s, tc);
     tc = tcase_create("scales");
     tcase_add_checked_fixture(tc, setup, teardown);

@@ -180,9 +180,12 @@ typedef struct shape {
     int ndim;
     int64_t d[3];
 } shape;
+/* The last three reach the kernels' flat 1D path with a partial last thread (NVFP4, 144 and 34320
+ * elements: 16 past a multiple of 32) and a partial last CTA of HiF4 lane pairs (7 x 192). */
 static const shape SHAPES[] = {
     {2, {1, 1}},  {2, {1, 33}},   {2, {3, 37}},    {2, {17, 64}}, {2, {64, 64}},
     {2, {65, 129}}, {2, {130, 200}}, {3, {2, 5, 70}}, {2, {96, 520}}, {1, {1000}},
+    {2, {3, 48}}, {2, {7, 192}}, {2, {33, 1040}},
 };
 #define NSHAPES (int)(sizeof SHAPES / sizeof SHAPES[0])
 
@@ -285,6 +288,27 @@ START_TEST(quantize_parity_large)
             one_config(f, 0, 1, rounding, FP4RL_DTYPE_BF16, &s, DATA_GAUSS);
             one_config(f, tile, 1, rounding, FP4RL_DTYPE_F32, &s, DATA_SPECIAL);
         }
+    }
+}
+END_TEST
+
+/* Shapes with many CTAs on every fast path: 1D flat (whole blocks per row) and 2D tiles with a
+ * partial last row band and column chunk, every format, tile, rounding and both source types, on
+ * wide-range, tie-heavy and special (NaN / Inf / zero / subnormal) data. */
+START_TEST(quantize_parity_fast_paths)
+{
+    static const shape big[2] = {{2, {96, 4096}}, {3, {2, 45, 1664}}};
+    for (int fi = 0; fi < 4; fi++) {
+        const fp4rl_dtype f = FORMATS[fi];
+        const int *tiles = f == FP4RL_DTYPE_HIF4 ? TILES_HIF4 : TILES_MX;
+        const int ntiles = f == FP4RL_DTYPE_HIF4 ? 2 : 4;
+        for (int ti = 0; ti < ntiles; ti++)
+            for (int rounding = 0; rounding < 2; rounding++)
+                for (int bi = 0; bi < 2; bi++) {
+                    const int kind = (ti + rounding + bi) % 3 == 0 ? DATA_WIDE : (ti + rounding + bi) % 3 == 1 ? DATA_TIES : DATA_SPECIAL;
+                    one_config(f, tiles[ti], (ti + bi) & 1, rounding, bi ? FP4RL_DTYPE_F32 : FP4RL_DTYPE_BF16, &big[bi], kind);
+                    if (!quick()) one_config(f, tiles[ti], 1, rounding, bi ? FP4RL_DTYPE_BF16 : FP4RL_DTYPE_F32, &big[bi], DATA_GAUSS);
+                }
     }
 }
 END_TEST
@@ -509,6 +533,7 @@ static Suite *parity_suite(void)
     tcase_set_timeout(q, 600);
     tcase_add_loop_test(q, quantize_parity, 0, 4);
     tcase_add_test(q, quantize_parity_large);
+    tcase_add_test(q, quantize_parity_fast_paths);
     tcase_add_test(q, transpose_invariance);
     tcase_add_test(q, dense_transpose_parity);
     suite_add_tcase(s, q);

@@ -3,7 +3,12 @@
  *
  * Static inline functions that compile as host C11 and as CUDA device code (FP4RL_HD), so the
  * CPU reference and the GPU kernels call literally the same arithmetic. Build without fast-math
- * and with -ffp-contract=off (nvcc: -fmad=false): an FMA would change bits.
+ * and with -ffp-contract=off (nvcc: -fmad=false): an FMA would change bits (fp4rl_fma_exact is
+ * the one fused form, used only where the product is exact, so fusing cannot change them).
+ *
+ * The element encoders are written for throughput as well as exactness: no division by a power of
+ * two, no logarithm loop, no data-dependent branch; each returns the same bits as the spec's
+ * literal steps (tests/test_formats.c holds them to an independent model and to those steps).
  *
  * Each function here works on one element or one block scale. The block loops (max over a block
  * or tile, walking the layout) live in the backends; max is exact and order-free, so the loops
@@ -22,21 +27,34 @@
 /* ---- bit access ---------------------------------------------------------------------------- */
 FP4RL_HD uint32_t fp4rl_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 FP4RL_HD float fp4rl_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-/* 2^e for any e in [-149, 127], exactly (including binary32 subnormals). */
+/* 2^e for any e in [-149, 127], exactly (including binary32 subnormals), without a branch: a
+ * subnormal power is built 2^64 higher and scaled down, which is exact. */
 FP4RL_HD float fp4rl_exp2i(int e)
 {
-    if (e >= -126) return fp4rl_bits_f32((uint32_t)(e + 127) << 23);
-    return fp4rl_bits_f32(1u << (e + 149));
+    const int sub = e < -126;
+    const float f = fp4rl_bits_f32((uint32_t)(e + (sub ? 127 + 64 : 127)) << 23);
+    return sub ? f * 0x1p-64f : f;
 }
-/* floor(log2(a)) for a finite a > 0, exact from the exponent bits (subnormals too). */
+/* floor(log2(a)) for a finite a > 0, exact from the exponent bits; a subnormal is first scaled by
+ * 2^64 (exact) into the normal range: no loop, no branch. */
 FP4RL_HD int fp4rl_ilog2(float a)
 {
-    uint32_t u = fp4rl_f32_bits(a) & 0x7fffffffu;
-    int be = (int)(u >> 23);
-    if (be != 0) return be - 127;
-    int e = -150; /* subnormal: position of the top set bit of the mantissa */
-    while (u) { u >>= 1; e++; }
-    return e;
+    const uint32_t u = fp4rl_f32_bits(a) & 0x7fffffffu;
+    const int sub = u < 0x00800000u;
+    const uint32_t v = sub ? fp4rl_f32_bits(fp4rl_bits_f32(u) * 0x1p64f) : u;
+    return (int)(v >> 23) - (sub ? 127 + 64 : 127);
+}
+/* a * b + c for an a * b that is exact (a power-of-two scaling that stays normal, or any scaling
+ * up): then the fused and the unfused forms are the same single rounding of the same real number.
+ * On the GPU it is one FFMA (-fmad=false keeps nvcc from fusing by itself); on the host, where
+ * fmaf may be a library call, the plain expression. */
+FP4RL_HD float fp4rl_fma_exact(float a, float b, float c)
+{
+#ifdef __CUDA_ARCH__
+    return fmaf(a, b, c);
+#else
+    return a * b + c;
+#endif
 }
 FP4RL_HD int fp4rl_is_finite(float x) { return (fp4rl_f32_bits(x) & 0x7f800000u) != 0x7f800000u; }
 FP4RL_HD int fp4rl_signbit(float x) { return (int)(fp4rl_f32_bits(x) >> 31); }
@@ -66,11 +84,20 @@ FP4RL_HD uint16_t fp4rl_f32_to_bf16_sr(float f, float u)
 }
 
 /* ---- Philox4x32-10 (spec section 5) -------------------------------------------------------- */
+/* The 64-bit product a * b as two halves. On the GPU one mul.wide.u32 (one IMAD.WIDE), written
+ * out: from the portable form the compiler carries the Philox state in 64-bit registers, emulated
+ * with twice the instructions, and from __umulhi plus a * b it issues two multiplies. */
 FP4RL_HD uint32_t fp4rl_mulhilo(uint32_t a, uint32_t b, uint32_t *hi)
 {
+#ifdef __CUDA_ARCH__
+    uint32_t lo;
+    asm("{\n\t.reg .u64 p;\n\tmul.wide.u32 p, %2, %3;\n\tmov.b64 {%0, %1}, p;\n\t}" : "=r"(lo), "=r"(*hi) : "r"(a), "r"(b));
+    return lo;
+#else
     uint64_t p = (uint64_t)a * (uint64_t)b;
     *hi = (uint32_t)(p >> 32);
     return (uint32_t)p;
+#endif
 }
 /* out[0..3] = Philox4x32-10(counter c, key k). */
 FP4RL_HD void fp4rl_philox4x32_10(const uint32_t c_in[4], const uint32_t k_in[2], uint32_t out[4])
@@ -106,39 +133,52 @@ typedef struct fp4rl_grid { int mbits; int emin; float maxv; } fp4rl_grid;
 #define FP4RL_GRID_E2M1 ((fp4rl_grid){1, 0, FP4RL_E2M1_MAX})
 #define FP4RL_GRID_E4M3 ((fp4rl_grid){3, -6, FP4RL_E4M3_MAX})
 
-/* log2 of the spacing of the grid at magnitude a (a finite, >= 0). Every division by a power
- * of two below is written as a multiplication by its (exact) reciprocal: both are correctly
- * rounded operations on the same real number, so the bits are identical, and a multiply is far
- * cheaper than an IEEE division, on the GPU above all. */
-FP4RL_HD int fp4rl_grid_qexp(fp4rl_grid g, float a)
+/* Magnitude codes count the grid points binade after binade: with E = max(floor(log2 a), emin)
+ * the grid step at a is q = 2^(E - mbits) and the point k * q of that binade (k in [2^mbits,
+ * 2^(mbits+1)], or [0, 2^mbits] below 2^emin, the subnormals) has the code N + k with
+ * N = (E - emin) << mbits. So y = a / q, an exact power-of-two scaling, rounded to an integer and
+ * offset by N is the code. Both are done by one binary32 addition: 2^23 + N + y rounds y to an
+ * integer (the ulp of [2^23, 2^24) is 1) and its low bits are the code; N is even, so ties to
+ * even on the sum are ties to even on y. No division, no logarithm, no branch, and the same
+ * result as rounding a to the grid and encoding the grid value (the spec's two steps).
+ * The exponent bits of 2^E for a finite a >= 0: */
+FP4RL_HD uint32_t fp4rl_grid_ebits(fp4rl_grid g, float a)
 {
-    int e = (a < fp4rl_exp2i(g.emin)) ? g.emin : fp4rl_ilog2(a);
-    return e - g.mbits;
+    const uint32_t emin = (uint32_t)(g.emin + 127) << 23, e = fp4rl_f32_bits(a) & 0x7f800000u;
+    return e > emin ? e : emin;
 }
-/* Rounds a finite magnitude a >= 0 to the grid: nearest-even (u < 0) or stochastic with uniform u,
- * saturating at the max. The result is an exact grid value. */
-FP4RL_HD float fp4rl_grid_round(fp4rl_grid g, float a, float u)
+/* 1 / q = 2^(mbits - E) and 2^23 + N, from the exponent bits eb of 2^E. */
+FP4RL_HD float fp4rl_grid_qinv(fp4rl_grid g, uint32_t eb) { return fp4rl_bits_f32(((uint32_t)(g.mbits + 254) << 23) - eb); }
+FP4RL_HD float fp4rl_grid_base(fp4rl_grid g, uint32_t eb)
 {
-    if (a >= g.maxv) return g.maxv;
-    const int qe = fp4rl_grid_qexp(g, a);
-    const float q = fp4rl_exp2i(qe), qinv = fp4rl_exp2i(-qe);
-    float r;
-    if (u < 0.0f) {
-        r = rintf(a * qinv) * q;        /* a / q, exact */
-    } else {
-        float lo = floorf(a * qinv) * q, hi = lo + q;
-        r = (u < (a - lo) * qinv) ? hi : lo; /* (v - lo) / (hi - lo), hi - lo = q */
-    }
-    return r > g.maxv ? g.maxv : r;
+    /* (eb - emin bits) >> (23 - mbits), split so that it is one shift-and-add: both have 23 zero low bits */
+    return fp4rl_bits_f32((eb >> (23 - g.mbits)) + (0x4b000000u - ((uint32_t)(g.emin + 127) << g.mbits)));
 }
-/* Encodes a grid magnitude (exact grid value) as sign-less code bits: exponent field, mantissa. */
-FP4RL_HD uint32_t fp4rl_grid_encode(fp4rl_grid g, float r)
+/* The sign-less code of a magnitude a >= 0 (finite or +inf) rounded to the nearest grid value,
+ * ties to even, saturating at the max: a is clamped to the max first (the max is a grid value, so
+ * it encodes as itself, and y stays small). */
+FP4RL_HD uint32_t fp4rl_grid_code_rn(fp4rl_grid g, float a)
 {
-    if (r < fp4rl_exp2i(g.emin)) /* subnormal or zero: exponent field 0 */
-        return (uint32_t)(r * fp4rl_exp2i(g.mbits - g.emin));
-    int e = fp4rl_ilog2(r);
-    uint32_t m = (uint32_t)((r * fp4rl_exp2i(-e) - 1.0f) * (float)(1 << g.mbits));
-    return ((uint32_t)(e - g.emin + 1) << g.mbits) | m;
+    a = a < g.maxv ? a : g.maxv;
+    const uint32_t eb = fp4rl_grid_ebits(g, a);
+    return fp4rl_f32_bits(fp4rl_fma_exact(a, fp4rl_grid_qinv(g, eb), fp4rl_grid_base(g, eb))) - 0x4b000000u;
+}
+/* The same with stochastic rounding by the uniform u in [0, 1) (spec section 5): between the grid
+ * neighbours lo <= a < hi, round up iff u < (a - lo) / (hi - lo) = y - floor(y) (exact: y and
+ * floor(y) are integers plus at most 24 significant bits). Saturation as in RNE: the clamped max
+ * has y - floor(y) = 0. */
+FP4RL_HD uint32_t fp4rl_grid_code_sr(fp4rl_grid g, float a, float u)
+{
+    a = a < g.maxv ? a : g.maxv;
+    const uint32_t eb = fp4rl_grid_ebits(g, a);
+    const float y = a * fp4rl_grid_qinv(g, eb), lo = floorf(y);
+    const float up = u < y - lo ? 1.0f : 0.0f; /* a float 0 / 1 (one FSET on the GPU), added exactly */
+    return fp4rl_f32_bits((lo + fp4rl_grid_base(g, eb)) + up) - 0x4b000000u;
+}
+/* Either rounding: nearest-even for u < 0, else stochastic with uniform u. */
+FP4RL_HD uint32_t fp4rl_grid_code(fp4rl_grid g, float a, float u)
+{
+    return u < 0.0f ? fp4rl_grid_code_rn(g, a) : fp4rl_grid_code_sr(g, a, u);
 }
 FP4RL_HD float fp4rl_grid_decode(fp4rl_grid g, uint32_t bits)
 {
@@ -150,8 +190,7 @@ FP4RL_HD float fp4rl_grid_decode(fp4rl_grid g, uint32_t bits)
 /* E2M1: code = s<<3 | magnitude bits. `v` is the scaled value; u < 0 means nearest. */
 FP4RL_HD uint8_t fp4rl_e2m1_encode(float v, float u)
 {
-    float a = fabsf(v);
-    return (uint8_t)((fp4rl_signbit(v) << 3) | fp4rl_grid_encode(FP4RL_GRID_E2M1, fp4rl_grid_round(FP4RL_GRID_E2M1, a, u)));
+    return (uint8_t)((fp4rl_signbit(v) << 3) | fp4rl_grid_code(FP4RL_GRID_E2M1, fabsf(v), u));
 }
 FP4RL_HD float fp4rl_e2m1_decode(uint8_t code)
 {
@@ -161,8 +200,7 @@ FP4RL_HD float fp4rl_e2m1_decode(uint8_t code)
 /* E4M3 ("fn"): code = s<<7 | magnitude bits; satfinite (never the NaN code 0x7F). */
 FP4RL_HD uint8_t fp4rl_e4m3_encode(float v, float u)
 {
-    float a = fabsf(v);
-    return (uint8_t)((fp4rl_signbit(v) << 7) | fp4rl_grid_encode(FP4RL_GRID_E4M3, fp4rl_grid_round(FP4RL_GRID_E4M3, a, u)));
+    return (uint8_t)((fp4rl_signbit(v) << 7) | fp4rl_grid_code(FP4RL_GRID_E4M3, fabsf(v), u));
 }
 FP4RL_HD float fp4rl_e4m3_decode(uint8_t code)
 {
@@ -214,8 +252,7 @@ FP4RL_HD float fp4rl_nvfp4_tensor_scale(float amax_t)
 #define FP4RL_UE4M3_NAN 0x7Fu
 FP4RL_HD uint8_t fp4rl_nvfp4_block_scale(float amax_b, float g)
 {
-    float s = (amax_b / FP4RL_E2M1_MAX) / g;
-    return (uint8_t)fp4rl_grid_encode(FP4RL_GRID_E4M3, fp4rl_grid_round(FP4RL_GRID_E4M3, s, -1.0f));
+    return (uint8_t)fp4rl_grid_code_rn(FP4RL_GRID_E4M3, (amax_b / FP4RL_E2M1_MAX) / g);
 }
 FP4RL_HD float fp4rl_ue4m3_decode(uint8_t s) { return fp4rl_e4m3_decode((uint8_t)(s & 0x7fu)); }
 
@@ -236,7 +273,12 @@ FP4RL_HD fp4rl_hif4_base fp4rl_hif4_make_base(float amax)
     if (q == 8) { q = 4; e += 1; }
     b.e6m2 = ((uint32_t)(e + FP4RL_E6M2_BIAS) << 2) | (uint32_t)(q - 4);
     b.base = ((float)q * 0.25f) * fp4rl_exp2i(e);
-    b.rec = fp4rl_round_bf16(1.0f / b.base);
+    /* Step 4 without a division: rec = bf16(1 / base) = bf16(4 / q) * 2^-e, because 1 / base =
+     * (4 / q) 2^-e stays in the normal range (e in [-48, 15]), where both roundings (binary32,
+     * then BF16) commute with a power-of-two factor. The four bf16(4 / q) are the spec's 0x3F80,
+     * 0x3F4D, 0x3F2B, 0x3F12; tests/test_formats.c checks every E6M2 code against the division. */
+    const uint32_t r16 = (uint32_t)(0x3F123F2B3F4D3F80ull >> (16 * (q - 4))) & 0xffffu;
+    b.rec = fp4rl_bits_f32((uint32_t)((int32_t)(r16 << 16) - e * (1 << 23)));
     return b;
 }
 /* The base scale of a stored word (whose low byte is not the NaN code). */
@@ -248,26 +290,43 @@ FP4RL_HD float fp4rl_hif4_word_base(uint32_t word)
 /* Step 5: the increment bits. m8: max magnitude of the 8-element (8x8) sub-block; m4: of the
  * 4-element (4x4) micro-block; e8: the e8 bit of the micro-block's parent. */
 FP4RL_HD uint32_t fp4rl_hif4_e8(float m8, float rec) { return (m8 * rec >= 4.0f) ? 1u : 0u; }
+/* 2^-inc for an increment inc = e8 + e16 in {0, 1, 2} (fp4rl_exp2i(-inc) without its subnormal case). */
+FP4RL_HD float fp4rl_hif4_inc_scale(uint32_t inc) { return fp4rl_bits_f32((127u - inc) << 23); }
 FP4RL_HD uint32_t fp4rl_hif4_e16(float m4, uint32_t e8, float rec)
 {
-    return ((m4 * fp4rl_exp2i(-(int)e8)) * rec >= 2.0f) ? 1u : 0u;
+    return ((m4 * fp4rl_hif4_inc_scale(e8)) * rec >= 2.0f) ? 1u : 0u;
 }
-/* Step 6: the code of element x with increment inc = e8 + e16; u < 0 means the reference's
- * round-half-up, else stochastic rounding with uniform u. */
+/* Step 6 in three parts, so that a kernel picks the rounding at compile time: the scaled
+ * magnitude v of element x with sc = 2^-inc (inc = e8 + e16), then its magnitude code. Nearest
+ * is the reference's round half up, n = min(floor(v * 4 + 0.5), 7): v * 4 is exact, so
+ * v * 4 + 0.5 is one rounding (one FFMA on the GPU); clamping before the floor saturates as the
+ * min after it does; the code is read from the low bits of 2^23 + n (no float-to-int conversion).
+ * Stochastic: n = floor(w) + (u < w - floor(w)) with w = min(v * 4, 7), which is the spec's lo and
+ * (v - lo) / (hi - lo) times 4, exactly. */
+FP4RL_HD float fp4rl_hif4_elem_mag(float x, float sc, float rec) { return (fabsf(x) * sc) * rec; }
+FP4RL_HD uint32_t fp4rl_hif4_code_rn(float v)
+{
+    float t = fp4rl_fma_exact(v, 4.0f, 0.5f);
+    t = t < 7.0f ? t : 7.0f;
+    return fp4rl_f32_bits(floorf(t) + 0x1p23f) - 0x4b000000u;
+}
+FP4RL_HD uint32_t fp4rl_hif4_code_sr(float v, float u)
+{
+    float w = v * 4.0f;
+    w = w < 7.0f ? w : 7.0f;
+    const float lo = floorf(w), up = u < w - lo ? 1.0f : 0.0f;
+    return fp4rl_f32_bits((lo + 0x1p23f) + up) - 0x4b000000u;
+}
+/* Both: u < 0 means nearest (round half up), else stochastic with uniform u. */
+FP4RL_HD uint32_t fp4rl_hif4_code_mag(float x, float sc, float rec, float u)
+{
+    const float v = fp4rl_hif4_elem_mag(x, sc, rec);
+    return u < 0.0f ? fp4rl_hif4_code_rn(v) : fp4rl_hif4_code_sr(v, u);
+}
+/* The full code of element x with increment inc = e8 + e16. */
 FP4RL_HD uint8_t fp4rl_hif4_encode(float x, int inc, float rec, float u)
 {
-    float v = (fabsf(x) * fp4rl_exp2i(-inc)) * rec;
-    float n;
-    if (u < 0.0f) {
-        n = floorf(v * 4.0f + 0.5f);
-    } else if (v >= FP4RL_HIF4_ELEM_MAX) {
-        n = 7.0f;
-    } else {
-        float lo = floorf(v * 4.0f) * 0.25f;
-        n = (u < (v - lo) * 4.0f) ? lo * 4.0f + 1.0f : lo * 4.0f; /* (v - lo) / (hi - lo), hi - lo = 1/4 */
-    }
-    if (n > 7.0f) n = 7.0f;
-    return (uint8_t)((fp4rl_signbit(x) << 3) | (uint32_t)n);
+    return (uint8_t)((fp4rl_signbit(x) << 3) | fp4rl_hif4_code_mag(x, fp4rl_hif4_inc_scale((uint32_t)inc), rec, u));
 }
 /* The S1P2 element value of a code, (-1)^s (code & 7) / 4, before the scales. */
 FP4RL_HD float fp4rl_hif4_elem(uint8_t code)
@@ -284,11 +343,19 @@ FP4RL_HD float fp4rl_hif4_decode(uint8_t code, uint32_t word, int j)
 }
 
 /* ---- per-format element quantization (the block scale already chosen) --------------------- */
-/* MX element: x scaled by 2^-e, to E2M1 (fp8 == 0) or E4M3 (fp8 == 1). */
+/* MX element: x scaled by sc = 2^-e (the spec's x * 2^-e, one binary32 multiply: |x| * sc is the
+ * magnitude of that product), to E2M1 (fp8 == 0) or E4M3 (fp8 == 1). The kernels compute sc once
+ * per block and place the sign themselves (packed, for 8 elements at once). */
+FP4RL_HD float fp4rl_mx_elem_scale(int e) { return fp4rl_exp2i(-e); }
+FP4RL_HD float fp4rl_mx_elem_mag(float x, float sc) { return fabsf(x) * sc; }
+FP4RL_HD fp4rl_grid fp4rl_mx_grid(int fp8) { return fp8 ? FP4RL_GRID_E4M3 : FP4RL_GRID_E2M1; }
+FP4RL_HD uint32_t fp4rl_mx_code_mag(float x, float sc, int fp8, float u)
+{
+    return fp4rl_grid_code(fp4rl_mx_grid(fp8), fp4rl_mx_elem_mag(x, sc), u);
+}
 FP4RL_HD uint8_t fp4rl_mx_encode(float x, int e, int fp8, float u)
 {
-    float v = x * fp4rl_exp2i(-e);
-    return fp8 ? fp4rl_e4m3_encode(v, u) : fp4rl_e2m1_encode(v, u);
+    return (uint8_t)((fp4rl_signbit(x) << (fp8 ? 7 : 3)) | fp4rl_mx_code_mag(x, fp4rl_mx_elem_scale(e), fp8, u));
 }
 /* NaN results are returned as the constant 0x7fc00000, never computed: arithmetic on a NaN keeps
  * its payload on CPUs but gives 0x7fffffff on NVIDIA GPUs, and the backends must agree bit for bit. */
@@ -297,10 +364,14 @@ FP4RL_HD float fp4rl_mx_decode(uint8_t code, uint8_t scale, int fp8)
     if (scale == FP4RL_E8M0_NAN || (fp8 && (code & 0x7fu) == 0x7fu)) return fp4rl_bits_f32(0x7fc00000u);
     return (fp8 ? fp4rl_e4m3_decode(code) : fp4rl_e2m1_decode(code)) * fp4rl_exp2i(fp4rl_e8m0_exp(scale));
 }
-/* NVFP4 element with block scale code s (not 0, not NaN) and tensor scale g. */
+/* NVFP4 element with block scale code s (not 0, not NaN) and tensor scale g: x / (s_b * g), an IEEE
+ * division by the block's divisor d = s_b * g (computed once per block by the kernels). */
+FP4RL_HD float fp4rl_nvfp4_elem_div(uint8_t s, float g) { return fp4rl_ue4m3_decode(s) * g; }
+FP4RL_HD float fp4rl_nvfp4_elem_mag(float x, float d) { return fabsf(x) / d; }
+FP4RL_HD uint32_t fp4rl_nvfp4_code_mag(float x, float d, float u) { return fp4rl_grid_code(FP4RL_GRID_E2M1, fp4rl_nvfp4_elem_mag(x, d), u); }
 FP4RL_HD uint8_t fp4rl_nvfp4_encode(float x, uint8_t s, float g, float u)
 {
-    return fp4rl_e2m1_encode(x / (fp4rl_ue4m3_decode(s) * g), u);
+    return (uint8_t)((fp4rl_signbit(x) << 3) | fp4rl_nvfp4_code_mag(x, fp4rl_nvfp4_elem_div(s, g), u));
 }
 /* value(code) * s_b, exact; the GEMM applies g as alpha. */
 FP4RL_HD float fp4rl_nvfp4_decode_unscaled(uint8_t code, uint8_t s)
