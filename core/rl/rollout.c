@@ -166,21 +166,13 @@ static int row_local(fp4rl_model *m, const fp4rl_linear_spec *s, int resq)
     return resq == FP4RL_RESQ_OFF || resq == FP4RL_RESQ_DENSE || resq == FP4RL_RESQ_2_4;
 }
 
-/* Whether this model's rollout runs the lockstep schedule (tests may ask for it). */
-static int lockstep_schedule(fp4rl_model *m)
-{
-    const int resq = (int)fp4rl_policy_value(m->policy, FP4RL_QP_RESQ);
-    const fp4rl_linear_spec qk = fp4rl_block_linear_spec(m, 1, 1), blk = fp4rl_block_linear_spec(m, 0, 1);
-    const fp4rl_linear_spec hd = fp4rl_head_linear_spec(m, 1);
-    return m->rollout_lockstep || !row_local(m, &qk, resq) || !row_local(m, &blk, resq) || !row_local(m, &hd, 0);
-}
-
 /* What every forward of one rollout shares: the rollout weights, plans and KV cache. */
 typedef struct engine {
     fp4rl_model *m;
     fp4rl_linear_spec s_qk, s_blk, s_head;
     fast_plan f_qk, f_blk, f_head;
     int resq, share_qkv, kv_bf16;
+    int lockstep;                 /* the lockstep schedule: row-coupled numerics (or tests asked for it) */
     fp4rl_att_numerics att_nm;
     float **wq, *whead;
     uint16_t **wb, *whead_b;
@@ -195,10 +187,11 @@ typedef struct engine {
     fp4rl_arena keep;
 } engine;
 
-/* Step 1: the rollout copy of every weight, the counters and the caches (kv_rows rows a layer). */
-static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t kv_rows, int64_t max_keys)
+/* Step 1: the plans and the schedule, the rollout copy of every weight, the counters and the
+ * caches for B sequences of prompts of prompt_rows tokens in all (max_keys = max prompt + max_new,
+ * cap = max_new - 1 rows a completion). */
+static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t prompt_rows, int64_t max_keys, int64_t cap)
 {
-    kv_rows++; /* the pad row */
     fp4rl_context *ctx = m->ctx;
     const fp4rl_hf_config *c = &m->cfg;
     const int64_t L = c->num_hidden_layers, V = c->vocab_size, C = c->hidden_size;
@@ -216,6 +209,13 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t kv_rows, int6
     e->f_blk = plan_fast(m, &e->s_blk, e->resq);
     e->f_head = plan_fast(m, &e->s_head, 0);
     e->share_qkv = same_plan(&e->f_qk, &e->f_blk);
+    /* the schedule: batched unless the activations' numerics couple the rows of a batch */
+    e->lockstep = m->rollout_lockstep || !row_local(m, &e->s_qk, e->resq) || !row_local(m, &e->s_blk, e->resq) ||
+                  !row_local(m, &e->s_head, 0);
+    const int64_t kv_rows = (e->lockstep ? B * max_keys : prompt_rows + B * cap) + 1; /* + the pad row */
+    if (kv_rows > INT32_MAX)
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "rollout: a KV cache of %lld rows (%lld sequences) exceeds 2^31 - 1 rows; use fewer prompts per step",
+                          (long long)kv_rows, (long long)B);
     e->pad_row = kv_rows - 1;
     e->max_keys = max_keys;
     /* graphs where no linear quantizes activations outside the fused path (the generic quantizer
@@ -692,19 +692,11 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
         st = fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
         goto out;
     }
-    /* the schedule: batched unless the activations' numerics couple the rows of a batch */
-    const int lockstep = lockstep_schedule(m);
-    const int64_t kv_rows = lockstep ? B * Tmax : (int64_t)offsets[P] + B * cap;
-    if (kv_rows >= INT32_MAX) {
-        st = fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "rollout: a KV cache of %lld rows (%lld sequences) exceeds 2^31 - 1 rows; use fewer prompts per step",
-                        (long long)kv_rows, (long long)B);
-        goto out;
-    }
-    if (cfg->max_new > 0) st = engine_init(&e, m, kv_rows, Tmax);
+    if (cfg->max_new > 0) st = engine_init(&e, m, B, (int64_t)offsets[P], Tmax, cap);
     res->fused_linears = L * (5 * e.f_blk.on + 2 * e.f_qk.on) + e.f_head.on;
     if (!st && cfg->max_new > 0)
-        st = lockstep ? run_lockstep(&e, cfg, prompts, offsets, B, Tmax, res, done, sampled, slogp)
-                      : run_batched(&e, cfg, prompts, offsets, P, cap, res, done, sampled, slogp);
+        st = e.lockstep ? run_lockstep(&e, cfg, prompts, offsets, B, Tmax, res, done, sampled, slogp)
+                        : run_batched(&e, cfg, prompts, offsets, P, cap, res, done, sampled, slogp);
     if (!st && cfg->max_new > 0) st = finish_counts(&e, res);
     res->offset_end = cfg->offset + (uint64_t)(Tmax > 0 ? Tmax - 1 : 0);
 out:
