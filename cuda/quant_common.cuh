@@ -223,7 +223,7 @@ __device__ __forceinline__ void uniforms8(uint64_t seed, uint64_t offset, uint64
 struct BlockScale {
     uint8_t s;
     bool zero;
-    float f;
+    float f, r; /* r: NVFP4's 1 / f, correctly rounded (for fp4rl_nvfp4_elem_mag_r) */
 };
 template <int F>
 __device__ __forceinline__ BlockScale block_scale(uint32_t key, float g, int truncation_free)
@@ -234,10 +234,12 @@ __device__ __forceinline__ BlockScale block_scale(uint32_t key, float g, int tru
         b.s = finite ? fp4rl_nvfp4_block_scale(__uint_as_float(key), g) : (uint8_t)FP4RL_UE4M3_NAN;
         b.zero = b.s == FP4RL_UE4M3_NAN || b.s == 0;
         b.f = fp4rl_nvfp4_elem_div(b.zero ? (uint8_t)0x38 : b.s, g); /* 0x38 = 1.0: any finite divisor for a block whose codes are 0 */
+        b.r = 1.0f / b.f;
     } else {
         b.s = finite ? fp4rl_mx_block_scale(__uint_as_float(key), (fp4rl_dtype)F, truncation_free) : (uint8_t)FP4RL_E8M0_NAN;
         b.zero = !finite;
         b.f = fp4rl_mx_elem_scale(fp4rl_e8m0_exp(finite ? b.s : (uint8_t)FP4RL_E8M0_BIAS));
+        b.r = 1.0f;
     }
     return b;
 }
@@ -245,18 +247,18 @@ __device__ __forceinline__ BlockScale block_scale(uint32_t key, float g, int tru
 /* The magnitude code of element x of an MX / NVFP4 block (f from block_scale), nearest or
  * stochastic with uniform u. */
 template <int F, bool SR>
-__device__ __forceinline__ uint32_t elem_code(float x, float f, float u)
+__device__ __forceinline__ uint32_t elem_code(float x, float f, float r, float u)
 {
     constexpr int fp8 = traits(F).code_bits == 8;
-    const float a = F == NV ? fp4rl_nvfp4_elem_mag(x, f) : fp4rl_mx_elem_mag(x, f);
+    const float a = F == NV ? fp4rl_nvfp4_elem_mag_r(x, f, r) : fp4rl_mx_elem_mag(x, f);
     return SR ? fp4rl_grid_code_sr(fp4rl_mx_grid(fp8), a, u) : fp4rl_grid_code_rn(fp4rl_mx_grid(fp8), a);
 }
-/* The magnitude code of a HiF4 element with sc = 2^-inc and the unit's reciprocal rec. */
+/* The magnitude code of a HiF4 element with sc = 2^-inc and the unit's reciprocal rec (nearest:
+ * screc = sc * rec, one multiply; see fp4rl_hif4_elem_mag_rn). */
 template <bool SR>
-__device__ __forceinline__ uint32_t hif4_code(float x, float sc, float rec, float u)
+__device__ __forceinline__ uint32_t hif4_code(float x, float sc, float rec, float screc, float u)
 {
-    const float v = fp4rl_hif4_elem_mag(x, sc, rec);
-    return SR ? fp4rl_hif4_code_sr(v, u) : fp4rl_hif4_code_rn(v);
+    return SR ? fp4rl_hif4_code_sr(fp4rl_hif4_elem_mag(x, sc, rec), u) : fp4rl_hif4_code_rn(fp4rl_hif4_elem_mag_rn(x, screc));
 }
 
 /* The packed codes of group g of an MX / NVFP4 block; u: the group's uniforms (SR only). */
@@ -265,7 +267,7 @@ __device__ __forceinline__ Codes8 encode8(const Raw8<S> &g, const BlockScale &b,
 {
     uint32_t m[8];
 #pragma unroll
-    for (int j = 0; j < 8; j++) m[j] = elem_code<F, SR>(g.x(j), b.f, SR ? u[j] : -1.0f);
+    for (int j = 0; j < 8; j++) m[j] = elem_code<F, SR>(g.x(j), b.f, b.r, SR ? u[j] : -1.0f);
     Codes8 c = pack8<F>(m, g);
     if (b.zero) c.lo = c.hi = 0;
     return c;
@@ -274,10 +276,10 @@ __device__ __forceinline__ Codes8 encode8(const Raw8<S> &g, const BlockScale &b,
 template <bool SR, typename S>
 __device__ __forceinline__ Codes8 encode8_hif4(const Raw8<S> &g, uint32_t inc0, uint32_t inc1, float rec, bool zero, const float *u)
 {
-    const float sc0 = fp4rl_hif4_inc_scale(inc0), sc1 = fp4rl_hif4_inc_scale(inc1);
+    const float sc0 = fp4rl_hif4_inc_scale(inc0), sc1 = fp4rl_hif4_inc_scale(inc1), sr0 = sc0 * rec, sr1 = sc1 * rec;
     uint32_t m[8];
 #pragma unroll
-    for (int j = 0; j < 8; j++) m[j] = hif4_code<SR>(g.x(j), j < 4 ? sc0 : sc1, rec, SR ? u[j] : -1.0f);
+    for (int j = 0; j < 8; j++) m[j] = hif4_code<SR>(g.x(j), j < 4 ? sc0 : sc1, rec, j < 4 ? sr0 : sr1, SR ? u[j] : -1.0f);
     Codes8 c = pack8<HIF4>(m, g);
     if (zero) c.lo = c.hi = 0;
     return c;

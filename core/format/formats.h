@@ -304,6 +304,12 @@ FP4RL_HD uint32_t fp4rl_hif4_e16(float m4, uint32_t e8, float rec)
  * Stochastic: n = floor(w) + (u < w - floor(w)) with w = min(v * 4, 7), which is the spec's lo and
  * (v - lo) / (hi - lo) times 4, exactly. */
 FP4RL_HD float fp4rl_hif4_elem_mag(float x, float sc, float rec) { return (fabsf(x) * sc) * rec; }
+/* The same for nearest rounding with one multiply by screc = sc * rec (exact: a power of two times a
+ * normal BF16 value). |x| * sc * rec rounded once equals the two roundings whenever |x| * sc is
+ * exact; it is not only when |x| * sc < 2^-126, and then v <= 2^-126 * 2^48 (rec <= 2^48) in both
+ * forms, which rounds to code 0 either way. Stochastic rounding keeps the two steps: there a tiny v
+ * meets u = 0. */
+FP4RL_HD float fp4rl_hif4_elem_mag_rn(float x, float screc) { return fabsf(x) * screc; }
 FP4RL_HD uint32_t fp4rl_hif4_code_rn(float v)
 {
     float t = fp4rl_fma_exact(v, 4.0f, 0.5f);
@@ -320,8 +326,7 @@ FP4RL_HD uint32_t fp4rl_hif4_code_sr(float v, float u)
 /* Both: u < 0 means nearest (round half up), else stochastic with uniform u. */
 FP4RL_HD uint32_t fp4rl_hif4_code_mag(float x, float sc, float rec, float u)
 {
-    const float v = fp4rl_hif4_elem_mag(x, sc, rec);
-    return u < 0.0f ? fp4rl_hif4_code_rn(v) : fp4rl_hif4_code_sr(v, u);
+    return u < 0.0f ? fp4rl_hif4_code_rn(fp4rl_hif4_elem_mag_rn(x, sc * rec)) : fp4rl_hif4_code_sr(fp4rl_hif4_elem_mag(x, sc, rec), u);
 }
 /* The full code of element x with increment inc = e8 + e16. */
 FP4RL_HD uint8_t fp4rl_hif4_encode(float x, int inc, float rec, float u)
@@ -368,6 +373,27 @@ FP4RL_HD float fp4rl_mx_decode(uint8_t code, uint8_t scale, int fp8)
  * division by the block's divisor d = s_b * g (computed once per block by the kernels). */
 FP4RL_HD float fp4rl_nvfp4_elem_div(uint8_t s, float g) { return fp4rl_ue4m3_decode(s) * g; }
 FP4RL_HD float fp4rl_nvfp4_elem_mag(float x, float d) { return fabsf(x) / d; }
+/* The same quotient RN(|x| / d) given r = RN(1 / d), computed once per block. On the GPU, where an
+ * IEEE division is a ~10-instruction sequence per element, as Markstein's correction
+ * q0 = a r, e = a - q0 d (exact, one FMA), RN(q0 + e r): with r correctly rounded and no
+ * underflow or overflow on the way this is the correctly rounded quotient (Markstein's theorem;
+ * also checked on 4e8 pairs, all-ones significands and near-tie quotients included). It is used
+ * where that holds, a = 0 or a in [2^-60, 2^60) with d in [2^-60, 2^60] (quotient and remainder
+ * stay normal), and the plain division elsewhere; the host always divides. */
+FP4RL_HD float fp4rl_nvfp4_elem_mag_r(float x, float d, float r)
+{
+    const float a = fabsf(x);
+#ifdef __CUDA_ARCH__
+    const uint32_t ba = fp4rl_f32_bits(a), bd = fp4rl_f32_bits(d);
+    if (bd - 0x21800000u <= 0x3c000000u && (ba - 0x21800000u < 0x3c000000u || ba == 0)) {
+        const float q0 = a * r;
+        return fmaf(fmaf(-q0, d, a), r, q0);
+    }
+#else
+    (void)r;
+#endif
+    return a / d;
+}
 FP4RL_HD uint32_t fp4rl_nvfp4_code_mag(float x, float d, float u) { return fp4rl_grid_code(FP4RL_GRID_E2M1, fp4rl_nvfp4_elem_mag(x, d), u); }
 FP4RL_HD uint8_t fp4rl_nvfp4_encode(float x, uint8_t s, float g, float u)
 {
