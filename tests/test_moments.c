@@ -197,6 +197,47 @@ START_TEST(test_storage_and_conversion)
 }
 END_TEST
 
+/* The moments exist from the first update: a new model holds only its weights (plus a few
+ * scalars), choosing BF16 moments before training allocates and converts nothing, the first
+ * update allocates 2 x 2 bytes per parameter, and an optimizer reset gives them back. */
+START_TEST(test_moments_lazy)
+{
+    const size_t empty = in_use();
+    fp4rl_model *m = new_model(3, 0);
+    const int64_t n = m->total;
+    const size_t created = in_use();
+    ck_assert_msg(fabs((double)(created - empty) - 4.0 * (double)n) < 20000, "a new model holds %zu bytes, weights are %lld",
+                  created - empty, (long long)(4 * n));
+    ck_assert_ptr_null(m->adam_m);
+    float *z = moments(m); /* unallocated moments read as zeros */
+    for (int64_t i = 0; i < 2 * n; i++) ck_assert(z[i] == 0.0f);
+    free(z);
+    ck_assert_int_eq(fp4rl_model_set_hparam(m, FP4RL_MP_OPTIMIZER_MOMENTS, 1), FP4RL_OK);
+    ck_assert_int_eq(in_use(), created);
+    ck_assert_ptr_null(m->adam_m);
+    int32_t tok[64];
+    batch(tok, 64);
+    ck_assert_int_eq(fp4rl_model_train_step(m, tok, NULL, NULL, 4, 16, NULL, NULL), FP4RL_OK);
+    ck_assert_ptr_nonnull(m->adam_m);
+    float *b16 = moments(m);
+    int nonzero = 0;
+    for (int64_t i = 0; i < 2 * n; i++) {
+        ck_assert(bf16_exact(b16[i]));
+        nonzero += b16[i] != 0.0f;
+    }
+    ck_assert_int_gt(nonzero, n);
+    free(b16);
+    /* the gradients were released by nobody here: count only the moments' bytes via a reset */
+    const size_t trained = in_use();
+    ck_assert_int_eq(fp4rl_model_reset_optimizer(m), FP4RL_OK);
+    ck_assert_ptr_null(m->adam_m);
+    ck_assert_int_eq(m->step, 0);
+    const double freed = (double)trained - (double)in_use();
+    ck_assert_msg(fabs(freed - 4.0 * (double)n) < 20000, "a reset freed %.0f bytes, BF16 moments are %lld", freed, (long long)(4 * n));
+    fp4rl_model_destroy(m);
+}
+END_TEST
+
 /* Supervised training from the same init: BF16 moments follow FP32 moments (loss within 2% at
  * every step, both fall), the moments stay BF16 values, and two BF16 runs are bit-identical. */
 START_TEST(test_training_bf16_moments)
@@ -272,6 +313,7 @@ int main(void)
     tcase_add_test(tc, test_sr_rounding_unbiased);
     tcase_add_test(tc, test_sr_tracks_ema_constant_gradient);
     tcase_add_test(tc, test_storage_and_conversion);
+    tcase_add_test(tc, test_moments_lazy);
     tcase_add_test(tc, test_training_bf16_moments);
     tcase_add_test(tc, test_nonfinite_update_bf16);
     suite_add_tcase(s, tc);

@@ -200,7 +200,7 @@ fp4rl_status fp4rl_model_create_ex(fp4rl_model **out, fp4rl_context *ctx, const 
     layout_params(m);
     const size_t bytes = (size_t)m->total * sizeof(float);
     st = ctx->be->alloc(ctx, (void **)&m->w, bytes);
-    if (!st) st = fp4rl_model_moments_alloc(m, fp4rl_model_moments_bf16(m), &m->adam_m, &m->adam_v); /* zeroed */
+    /* the AdamW moments: made by the first update (fp4rl_model_moments_ensure) */
     if (!st) st = ctx->be->alloc(ctx, (void **)&m->scalar, 4 * sizeof(float));
     /* weights that a load overwrites next (from_pretrained) are only zeroed */
     if (!st) st = random_init ? init_weights(m, seed, fn) : ctx->be->memset0(ctx, m->w, bytes);
@@ -442,6 +442,7 @@ fp4rl_status fp4rl_model_update(fp4rl_model *m, double lr, double weight_decay, 
     if (!st && clip > 0) st = m->ops->grad_clip(ctx, m->g, m->total, m->scalar + 1, (float)clip);
     /* the dry run: an update that would leave a weight or a moment non-finite (an absurd learning
      * rate or weight decay, a weight near the float range) is refused before anything changes */
+    if (!st) st = fp4rl_model_moments_ensure(m);
     float bad = 0;
     const double b1 = m->hp[FP4RL_MP_BETA1], b2 = m->hp[FP4RL_MP_BETA2], eps = m->hp[FP4RL_MP_ADAM_EPS];
     const int64_t t = m->step + 1;

@@ -244,6 +244,10 @@ FP4RL_HIDDEN fp4rl_status fp4rl_model_state_from_host(fp4rl_model *m, const floa
  * the model's storage: *adam_m and *adam_v are new zeroed device buffers (both NULL on failure).
  * fp4rl_model_moments_adopt makes them the model's moments (freeing its own) and sets
  * FP4RL_MP_OPTIMIZER_MOMENTS to bf16; fp4rl_model_moments_discard frees them unused. */
+/* The moments are allocated by the first update (ensure); before it, and after a reset, the model
+ * holds none and they read as zeros. */
+FP4RL_HIDDEN fp4rl_status fp4rl_model_moments_ensure(fp4rl_model *m);
+FP4RL_HIDDEN int fp4rl_model_moments_held(const fp4rl_model *m);
 FP4RL_HIDDEN fp4rl_status fp4rl_model_moments_alloc(const fp4rl_model *m, int bf16, void **adam_m, void **adam_v);
 FP4RL_HIDDEN void fp4rl_model_moments_adopt(fp4rl_model *m, int bf16, void *adam_m, void *adam_v);
 FP4RL_HIDDEN void fp4rl_model_moments_discard(const fp4rl_model *m, void *adam_m, void *adam_v);

@@ -11,13 +11,28 @@
 #include "format/formats.h"
 #include "model/model.h"
 
+/* The moments exist from the first update on (fp4rl_model_moments_ensure): before it they are
+ * zero by definition, so a model that only rolls out or evaluates never holds them, and choosing
+ * their storage (FP4RL_MP_OPTIMIZER_MOMENTS) before training converts nothing. */
+fp4rl_status fp4rl_model_moments_ensure(fp4rl_model *m)
+{
+    if (m->adam_m) return FP4RL_OK;
+    const int bf16 = fp4rl_model_moments_bf16(m);
+    void *am, *av;
+    fp4rl_status st = fp4rl_model_moments_alloc(m, bf16, &am, &av);
+    if (!st) fp4rl_model_moments_adopt(m, bf16, am, av);
+    return st;
+}
+
+int fp4rl_model_moments_held(const fp4rl_model *m) { return m->adam_m != NULL; }
+
 fp4rl_status fp4rl_model_reset_optimizer(fp4rl_model *m)
 {
-    const size_t bytes = fp4rl_moment_bytes(m->total, fp4rl_model_moments_bf16(m));
-    fp4rl_status st = m->ctx->be->memset0(m->ctx, m->adam_m, bytes);
-    if (!st) st = m->ctx->be->memset0(m->ctx, m->adam_v, bytes);
-    if (!st) m->step = 0; /* AdamW's bias correction restarts with the moments */
-    return st;
+    /* zero moments are no moments: their memory goes back until the next update */
+    fp4rl_model_moments_discard(m, m->adam_m, m->adam_v);
+    m->adam_m = m->adam_v = NULL;
+    m->step = 0; /* AdamW's bias correction restarts with the moments */
+    return FP4RL_OK;
 }
 
 fp4rl_status fp4rl_model_copy_weights(const fp4rl_model *m, float **out)
@@ -48,6 +63,10 @@ fp4rl_status fp4rl_model_ref_logprobs(fp4rl_model *m, float *ref_w, const int32_
 static fp4rl_status moment_move(fp4rl_context *ctx, void *dev, int bf16, float *host, int64_t n, int to_device,
                                 uint16_t *bits)
 {
+    if (!dev && !to_device) { /* moments not allocated yet: zero */
+        memset(host, 0, (size_t)n * sizeof(float));
+        return FP4RL_OK;
+    }
     if (!bf16)
         return to_device ? ctx->be->upload(ctx, dev, host, (size_t)n * sizeof(float))
                          : ctx->be->download(ctx, host, dev, (size_t)n * sizeof(float));
@@ -138,6 +157,10 @@ fp4rl_status fp4rl_model_convert_moments(fp4rl_model *m, int bf16)
     const char *fn = "fp4rl_model_set_hparam (optimizer_moments)";
     const int from = fp4rl_model_moments_bf16(m);
     if (from == !!bf16) return FP4RL_OK;
+    if (!m->adam_m) { /* nothing held yet: the first update allocates the chosen storage */
+        m->hp[FP4RL_MP_OPTIMIZER_MOMENTS] = bf16 ? 1.0 : 0.0;
+        return FP4RL_OK;
+    }
     void *nm = NULL, *nv = NULL;
     fp4rl_status st = fp4rl_model_moments_alloc(m, bf16, &nm, &nv);
     float *chunk = st ? NULL : malloc((size_t)MOMENT_CHUNK * sizeof *chunk);

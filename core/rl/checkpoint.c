@@ -323,12 +323,13 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
     float *ref = NULL;
     if (!st && has_ref && !s->ref_w) st = ctx->be->alloc(ctx, (void **)&ref, bytes);
     /* the moments' storage is the checkpoint's setting (or, from a checkpoint that predates it,
-     * the model's): buffers of the other storage are made before the commit. Moments stored in
+     * the model's): buffers of the other storage, or any when the model holds none yet (before
+     * its first update), are made before the commit. Moments stored in
      * another dtype than that (an old F32 checkpoint into BF16 moments) are rounded to nearest
      * into it by fp4rl_model_state_from_host. */
     const int moments_bf16 = mh[FP4RL_MP_OPTIMIZER_MOMENTS] != 0;
     void *new_m = NULL, *new_v = NULL;
-    if (!st && moments_bf16 != fp4rl_model_moments_bf16(m)) st = fp4rl_model_moments_alloc(m, moments_bf16, &new_m, &new_v);
+    if (!st && (moments_bf16 != fp4rl_model_moments_bf16(m) || !fp4rl_model_moments_held(m))) st = fp4rl_model_moments_alloc(m, moments_bf16, &new_m, &new_v);
     /* a distributed context commits only when every rank has read the checkpoint */
     st = fp4rl_dist_agree(ctx, st, fn);
     if (st) {

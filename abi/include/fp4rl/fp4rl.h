@@ -446,8 +446,10 @@ typedef enum fp4rl_mparam {
                                       moments it holds (FP32 to BF16 to nearest even, BF16 to FP32
                                       exactly; the step count is kept); the new buffers are made
                                       before the old ones are freed, so a failure changes nothing and
-                                      both are held for the moment (set it before training when
-                                      memory is tight). RL checkpoints store the moments in their
+                                      both are held for the moment. A model holds no moments until
+                                      its first update (they are zero until then, and again after
+                                      an RL session's fresh start), so setting this before training
+                                      converts nothing and costs no time. RL checkpoints store the moments in their
                                       dtype; a load restores the setting with the other model
                                       parameters (a checkpoint written before this parameter holds
                                       FP32 moments, which are converted to the model's setting) */
