@@ -56,24 +56,33 @@ static fp4rl_model *model(fp4rl_dtype fmt, fp4rl_numerics numerics, fp4rl_resq r
     return m;
 }
 
-/* Completions equal token for token, log mu within FP32 summation-order noise (BLAS sums a row
- * in another order for another row count, or thread split): at most one completion may differ
- * (such noise can move a CDF step under a draw). Returns how many completions ended at a stop token. */
-static int64_t same_rollouts(const fp4rl_rollout_result *a, const fp4rl_rollout_result *b, const char *what)
+/* Completions equal token for token (at most one may differ: summation-order noise can move a
+ * CDF step under a draw), log mu within summation-order noise: BLAS sums a row in another order
+ * for another row count or thread split. In FP32 numerics that is FP32 noise (1e-4); where
+ * activations are rounded to BF16 such noise flips a rounding now and then (one BF16 step,
+ * 2^-8 relative, moves a log-prob by up to ~1e-2: seen 1.6e-3 at most and 2e-4 on average on an
+ * AVX-512 OpenBLAS), so the bounds there are that step and a tenth of it on average. A wrong position, cache row or
+ * sampling counter changes tokens and moves log mu by O(1). Returns how many completions ended
+ * at a stop token. */
+static int64_t same_rollouts(const fp4rl_rollout_result *a, const fp4rl_rollout_result *b, const char *what, int fp32)
 {
     ck_assert_int_eq(a->n_seqs, b->n_seqs);
-    double lp = 0;
-    int64_t stopped = 0, differ = 0;
+    double lp = 0, sum = 0;
+    int64_t stopped = 0, differ = 0, n = 0;
     for (int64_t i = 0; i < a->n_seqs; i++) {
         int same = a->lengths[i] == b->lengths[i] && a->stopped[i] == b->stopped[i];
         for (int64_t j = 0; same && j < a->lengths[i]; j++) same = a->tokens[i * a->max_new + j] == b->tokens[i * b->max_new + j];
         differ += !same;
         stopped += a->stopped[i];
-        for (int64_t j = 0; same && j < a->lengths[i]; j++)
-            lp = fmax(lp, fabs((double)a->logprobs[i * a->max_new + j] - b->logprobs[i * b->max_new + j]));
+        for (int64_t j = 0; same && j < a->lengths[i]; j++, n++) {
+            const double d = fabs((double)a->logprobs[i * a->max_new + j] - b->logprobs[i * b->max_new + j]);
+            lp = fmax(lp, d);
+            sum += d;
+        }
     }
     ck_assert_msg(differ <= 1, "%s: %lld completions differ", what, (long long)differ);
-    ck_assert_msg(lp <= 1e-4, "%s: log mu differs by %g", what, lp);
+    ck_assert_msg(lp <= (fp32 ? 1e-4 : 1e-2), "%s: log mu differs by %g", what, lp);
+    ck_assert_msg(n > 0 && sum / (double)n <= (fp32 ? 1e-5 : 1e-3), "%s: log mu differs by %g on average", what, n ? sum / (double)n : 0.0);
     return stopped;
 }
 
@@ -92,7 +101,7 @@ static void schedules(fp4rl_dtype fmt, fp4rl_numerics numerics, fp4rl_resq resq,
         OK(fp4rl_rollout_run(m, &cfg, prompts, offsets, P, &bat));
         char what[96];
         snprintf(what, sizeof what, "%s numerics %d resq %d stop %d", fp4rl_dtype_name(fmt), (int)numerics, (int)resq, with_stop);
-        const int64_t stopped = same_rollouts(&lock, &bat, what);
+        const int64_t stopped = same_rollouts(&lock, &bat, what, numerics == FP4RL_NUMERICS_FP32);
         printf("%s: %lld of %d completions stopped early; decode steps lockstep %lld, batched %lld\n", what, (long long)stopped,
                P * G, (long long)lock.decode_steps, (long long)bat.decode_steps);
         if (with_stop) ck_assert_int_gt(stopped, 0); /* stop tokens are hit early */
