@@ -5,7 +5,7 @@
 # call. Every run is under `timeout`; a run that fails or times out still leaves a line ("ok": false).
 # Lines go to $OUT/scale.jsonl; the last thing printed is a markdown table with fp4rl/torch ratios.
 # Usage: bash bench/device_scale.sh [small|large|both] [sizes=0.5b,1.5b,3b] [numerics=bf16,hif4]
-#                                  [torch=bf16[,fp32]|none] [steps=2] [limit=SECONDS] [budget=570] [batch=P,G,L,N]
+#                                  [torch=bf16[,fp32]|none] [moments=fp32|bf16] [steps=2] [limit=SECONDS] [budget=570] [batch=P,G,L,N]
 #        bash bench/device_scale.sh table FILE.jsonl...   (only the table, from earlier lines)
 #   small: 16 prompts x 8 completions of 128 + 256 tokens; large: 64 x 8 of 256 + 512.
 #   limit: per run (default 300 small, 540 large); budget: for the whole call (the device's
@@ -43,7 +43,7 @@ EOF
 
 if [ "${1:-}" = table ]; then shift; table "$@"; exit; fi
 
-custom= mode=small sizes=0.5b,1.5b,3b numerics=bf16,hif4 torchs=bf16 steps=2 limit= budget=570
+moments=fp32 custom= mode=small sizes=0.5b,1.5b,3b numerics=bf16,hif4 torchs=bf16 steps=2 limit= budget=570
 for a in "$@"; do
   case $a in
   small|large|both) mode=$a ;;
@@ -51,6 +51,7 @@ for a in "$@"; do
   numerics=*) numerics=${a#numerics=} ;;
   torch=*) torchs=${a#torch=} ;;
   steps=*) steps=${a#steps=} ;;
+  moments=*) moments=${a#moments=} ;;
   limit=*) limit=${a#limit=} ;;
   budget=*) budget=${a#budget=} ;;
   batch=*) custom=${a#batch=}; custom=${custom//,/ } ;; # batch=P,G,L,N: prompts, group, prompt and new tokens
@@ -116,7 +117,7 @@ for batch in "${batches[@]}"; do
     impl=fp4rl master=
     for num in ${numerics//,/ }; do
       run "fp4rl_${model}_${P}x${G}_${num}" "$lim" "$bench_bin" "$cfg" --numerics "$num" --prompts "$P" --group "$G" \
-        --prompt-len "$L" --new-tokens "$N" --steps "$steps"
+        --prompt-len "$L" --new-tokens "$N" --steps "$steps" --moments "$moments"
     done
   done
 done
