@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "gemm_fp8.h"
 #include "format/formats.h"
 #include "format/traits.h"
 
@@ -282,6 +283,8 @@ fp4rl_status fp4rl_cuda_matmul(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_
 {
     if (fp4rl_dtype_is_quantized(b->dtype) && fp4rl_dtype_is_dense(a->dtype) && fp4rl_cuda_decode_gemm_fits(a, b))
         return fp4rl_cuda_decode_gemm(ctx, c, a, b, b->tensor_scale);
+    /* HiF4 x HiF4 / MXFP4 x MXFP4 on FP8 operands (gemm_fp8.h): per-unit exact partials */
+    if (fp4rl_cuda_fp8_gemm_wanted(ctx, c, a, b)) return fp4rl_cuda_fp8_gemm(ctx, c, a, b);
     const int bf16 = bf16_able(a) && bf16_able(b);
     Operand oa, ob;
     void *ta = NULL, *tb = NULL;

@@ -1,0 +1,39 @@
+/*
+ * gemm_fp8.h - HiF4 x HiF4 and MXFP4 x MXFP4 products through FP8 (E4M3) operands (issue 17).
+ *
+ * Both formats' elements times their sub-unit power-of-two factors are small integers, exact in
+ * E4M3 once scaled by 4 (HiF4: k * 2^inc, k <= 7, inc <= 2, so |v| <= 28) or by 2 (MXFP4's E2M1:
+ * 2 * {0, .5, 1, 1.5, 2, 3, 4, 6}, |v| <= 12). A pre-pass writes each operand as E4M3 bytes
+ * [rows, K] and one FP32 scale per unit [rows, K / U] (HiF4: base / 4, U = 64; MXFP4:
+ * 2^e / 2, U = 32). A unit's partial sum of E4M3 products is a sum of at most 64 integers below
+ * 2^10, so it is exact in FP32; the only roundings are the promotion acc += p * (sa * sb)
+ * (sa * sb itself is exact away from under/overflow: 3 + 3 significant bits) and the final store.
+ * Bound per output, S = sum_k |a_k b_k|: |C - C_exact| <= (2 K / U + 1) 2^-24 S, plus 2^-9 |C| for
+ * a BF16 C (the CPU's FP32 GEMM over the dequantized operands has a bound of the same form with
+ * K in place of 2 K / U).
+ *
+ * Kernels: `ref`, one output a thread on the CUDA cores doing exactly this math (unit partials
+ * promoted in K order); the wgmma kernel for sm_90a is not written yet (see the report of
+ * branch h-fp8), so the dispatch uses `ref` only when FP4RL_FP8_GEMM=ref.
+ */
+#ifndef FP4RL_CUDA_GEMM_FP8_H
+#define FP4RL_CUDA_GEMM_FP8_H
+
+#include "cuda_internal.h"
+
+/* Whether C = A B^T for these operands can take the FP8 path (format pair, 1D along K or MXFP4
+ * 32 x 32 tiles, K % U == 0) and the env / device select it. */
+int fp4rl_cuda_fp8_gemm_wanted(fp4rl_context *ctx, const fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b);
+
+/* C = A B^T through the pre-pass and the kernel chosen by FP4RL_FP8_GEMM (only when wanted). */
+fp4rl_status fp4rl_cuda_fp8_gemm(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b);
+
+/* Pieces for the test and the bench: the unit of a format (0: not an FP8-path format), the
+ * pre-pass of one operand into caller buffers (e4m3 [rows, K], scales [rows, K / U]), and the
+ * reference kernel on pre-passed operands (c: F32 when c_bf16 == 0, else BF16). */
+int fp4rl_cuda_fp8_unit(const fp4rl_tensor *t);
+fp4rl_status fp4rl_cuda_fp8_prepass(fp4rl_context *ctx, const fp4rl_tensor *t, uint8_t *e4m3, float *scales);
+fp4rl_status fp4rl_cuda_fp8_gemm_ref(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb,
+                                     void *c, int c_bf16, int64_t M, int64_t N, int64_t K, int U);
+
+#endif /* FP4RL_CUDA_GEMM_FP8_H */
