@@ -25,6 +25,14 @@
  *    [W | W] over 2K); a sweep of its launch shapes (warps per CTA x split-K slices).
  *
  *   fp4rl_bench [reps] dg            sections 1 and 5 only
+ *   fp4rl_bench [reps] fp8           section 6 only: HiF4 x HiF4 and MXFP4 x MXFP4 through the FP8
+ *                                    path (cuda/gemm_fp8.h) vs cuBLASLt BF16 at 8192^3 and the
+ *                                    Qwen2.5-1.5B / 3B training shapes (M = 8192 tokens; forward,
+ *                                    dgrad, wgrad of q/o, k/v, gate/up, down): the GEMM kernel alone
+ *                                    and with its two pre-passes, TFLOP/s, ratio to BF16, share of
+ *                                    the H200's dense peaks (BF16 989, FP8 1979 TFLOP/s), and the
+ *                                    old dequantize-to-BF16 path. Only the CUDA-core reference
+ *                                    kernel exists yet (slow: use few reps, e.g. `3 fp8`).
  *   fp4rl_bench [reps] dgprof F M    only 3 + reps launches of the packed kernel, format F
  *                                    (mxfp4 / nvfp4 / hif4), M rows, N = K = 8192 (for ncu)
  *
@@ -41,6 +49,7 @@
 
 #include "cuda_internal.h"
 #include "decode_packed.h"
+#include "gemm_fp8.h"
 #include "format/formats.h"
 
 #define CK(call)                                                                                          \
@@ -340,6 +349,80 @@ static void dg_profile(fp4rl_dtype f, int64_t M)
     fp4rl_tensor_destroy(wb[0]);
 }
 
+/* ---- 6. FP8-operand GEMM (cuda/gemm_fp8.h) ---- */
+static void fp8_section(void)
+{
+    struct shape { const char *what; int64_t M, N, K; };
+    std::vector<shape> shapes = {{"square", 8192, 8192, 8192}};
+    /* Qwen2.5: 1.5B hidden 1536, intermediate 8960; 3B hidden 2048, intermediate 11008; both 2 KV
+     * heads of 128 (k/v out 256). Per linear [out, in]: forward [T, out, in], dgrad [T, in, out],
+     * wgrad [out, in, T] with T = 8192 tokens. */
+    const struct { const char *name; int64_t h, i; } models[2] = {{"1.5B", 1536, 8960}, {"3B", 2048, 11008}};
+    static char names[2][4][3][40];
+    for (int mi = 0; mi < 2; mi++) {
+        const int64_t h = models[mi].h, in = models[mi].i;
+        const struct { const char *l; int64_t out, inp; } lin[4] = {{"q/o", h, h}, {"k/v", 256, h}, {"gate/up", in, h}, {"down", h, in}};
+        for (int l = 0; l < 4; l++) {
+            const char *pass[3] = {"fwd", "dgrad", "wgrad"};
+            const int64_t mnk[3][3] = {{8192, lin[l].out, lin[l].inp}, {8192, lin[l].inp, lin[l].out}, {lin[l].out, lin[l].inp, 8192}};
+            for (int p = 0; p < 3; p++) {
+                snprintf(names[mi][l][p], sizeof names[mi][l][p], "%s %s %s", models[mi].name, lin[l].l, pass[p]);
+                shapes.push_back({names[mi][l][p], mnk[p][0], mnk[p][1], mnk[p][2]});
+            }
+        }
+    }
+    printf("\n## FP8-operand GEMM (HiF4 / MXFP4 pairs), BF16 C; kernel: CUDA-core reference (the wgmma kernel is not written yet)\n\n");
+    printf("| shape | M x N x K | operands | BF16 ms | BF16 TFLOP/s | kernel ms | kernel TFLOP/s | kernel vs BF16 | kernel %% of FP8 peak | "
+           "+pre-pass ms | +pre-pass vs BF16 | dequant path vs BF16 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const shape &sh : shapes) {
+        const int64_t M = sh.M, N = sh.N, K = sh.K, dc[2] = {M, N};
+        fp4rl_tensor *a = random_bf16(M, K, 2), *b = random_bf16(N, K, 3), *c;
+        CK(fp4rl_tensor_zeros(&c, ctx, FP4RL_DTYPE_BF16, 2, dc));
+        const double flop = 2.0 * M * N * K;
+        const double base = time_ms([&](int) { CK(fp4rl_matmul(c, ctx, a, b)); });
+        for (fp4rl_dtype f : {FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP4}) {
+            fp4rl_quant_policy *p = policy(f, 0, 0);
+            fp4rl_tensor *qa, *qb;
+            CK(fp4rl_quantize(&qa, ctx, a, f, p, FP4RL_ROLE_WEIGHT));
+            CK(fp4rl_quantize(&qb, ctx, b, f, p, FP4RL_ROLE_WEIGHT));
+            const int U = fp4rl_cuda_fp8_unit(qa);
+            void *a8, *b8, *sa, *sb;
+            CK(fp4rl_cuda_alloc_bytes(ctx, &a8, (size_t)(M * K)));
+            CK(fp4rl_cuda_alloc_bytes(ctx, &b8, (size_t)(N * K)));
+            CK(fp4rl_cuda_alloc_bytes(ctx, &sa, (size_t)(M * (K / U)) * 4));
+            CK(fp4rl_cuda_alloc_bytes(ctx, &sb, (size_t)(N * (K / U)) * 4));
+            auto prepass = [&]() {
+                CK(fp4rl_cuda_fp8_prepass(ctx, qa, (uint8_t *)a8, (float *)sa));
+                CK(fp4rl_cuda_fp8_prepass(ctx, qb, (uint8_t *)b8, (float *)sb));
+            };
+            auto kernel = [&]() {
+                CK(fp4rl_cuda_fp8_gemm_ref(ctx, (const uint8_t *)a8, (const float *)sa, (const uint8_t *)b8, (const float *)sb, c->data, 1, M,
+                                           N, K, U));
+            };
+            prepass();
+            const double tk = time_ms([&](int) { kernel(); }, 1);
+            const double tf = time_ms([&](int) { prepass(); kernel(); }, 1);
+            setenv("FP4RL_FP8_GEMM", "0", 1);
+            const double td = time_ms([&](int) { CK(fp4rl_matmul(c, ctx, qa, qb)); });
+            unsetenv("FP4RL_FP8_GEMM");
+            printf("| %s | %lldx%lldx%lld | %s | %.3f | %.0f | %.3f | %.0f | %.2f | %.1f%% | %.3f | %.2f | %.2f |\n", sh.what, (long long)M,
+                   (long long)N, (long long)K, fmt_name(f), base, flop / (base * 1e-3) / 1e12, tk, flop / (tk * 1e-3) / 1e12, base / tk,
+                   100.0 * flop / (tk * 1e-3) / 1979e12, tf, base / tf, base / td);
+            fflush(stdout);
+            fp4rl_cuda_free_bytes(ctx, a8);
+            fp4rl_cuda_free_bytes(ctx, b8);
+            fp4rl_cuda_free_bytes(ctx, sa);
+            fp4rl_cuda_free_bytes(ctx, sb);
+            fp4rl_tensor_destroy(qa);
+            fp4rl_tensor_destroy(qb);
+            fp4rl_quant_policy_destroy(p);
+        }
+        fp4rl_tensor_destroy(a);
+        fp4rl_tensor_destroy(b);
+        fp4rl_tensor_destroy(c);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) reps = atoi(argv[1]) > 0 ? atoi(argv[1]) : reps;
@@ -362,6 +445,11 @@ int main(int argc, char **argv)
     printf("# fp4rl_bench, %s, %s (%d SMs, %.0f MB L2), median of %d\n\n", date, prop.name, prop.multiProcessorCount,
            prop.l2CacheSize / 1e6, reps);
 
+    if (argc > 2 && strcmp(argv[2], "fp8") == 0) {
+        fp8_section();
+        fp4rl_context_destroy(ctx);
+        return 0;
+    }
     if (dg_prof) {
         const fp4rl_dtype f = strcmp(argv[3], "mxfp4") == 0 ? FP4RL_DTYPE_MXFP4 : strcmp(argv[3], "nvfp4") == 0 ? FP4RL_DTYPE_NVFP4
                                                                                                               : FP4RL_DTYPE_HIF4;
