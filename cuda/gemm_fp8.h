@@ -8,7 +8,7 @@
  * 2^e / 2, U = 32). A unit's partial sum of E4M3 products is a sum of at most 64 integers below
  * 2^10, so it is exact in FP32; the only roundings are the promotion acc += p * (sa * sb)
  * (sa * sb itself is exact away from under/overflow: 3 + 3 significant bits) and the final store.
- * Bound per output, S = sum_k |a_k b_k|: |C - C_exact| <= (2 K / U + 1) 2^-24 S, plus 2^-9 |C| for
+ * Bound per output, S = sum_k |a_k b_k|: |C - C_exact| <= (2 K / U + 2) 2^-24 S, plus 2^-9 S for
  * a BF16 C (the CPU's FP32 GEMM over the dequantized operands has a bound of the same form with
  * K in place of 2 K / U).
  *
