@@ -74,8 +74,207 @@ __global__ void __launch_bounds__(256) fp8_ref_kernel(const uint8_t *a8, const f
     else reinterpret_cast<float *>(c)[m * N + n] = acc;
 }
 
-/* FP4RL_FP8_GEMM: unset / "1" -> the fast kernel when present (not yet: old path), "0" -> old
- * path, "ref" -> the reference kernel. */
+
+/* ---- The tensor-core kernel: warp-level mma.sync m16n8k32 E4M3 x E4M3 -> F32 (sm_89+) ----
+ * CTA tile 128 (M) x 128 (N), 8 warps as 2 (M) x 4 (N), each warp 64 x 32 outputs (4 m16 x 4 n8
+ * mma tiles). One pipeline stage holds 64 K bytes of A and B (one HiF4 unit, two MXFP4 units)
+ * plus their unit scales, fetched with cp.async (16-byte chunks, zero-filled past M / N) into
+ * a 4-stage ring. Shared layout of a stage's operand: [128 rows][4 chunks of 16 bytes], chunk c
+ * of row r stored at chunk c ^ ((r >> 1) & 3) so the 8 rows of an ldmatrix phase hit 8
+ * distinct 16-byte bank groups. Per unit each warp zeroes a partial per mma tile, runs the
+ * unit's k32 steps (HiF4 2, MXFP4 1) and promotes acc += p * (sa * sb) in K order, the same
+ * math as fp8_ref_kernel (a unit's partial is a sum of <= 64 integer products < 2^10 each,
+ * exact in FP32 in any order). Needs K % 64 == 0 (the gate checks it). */
+constexpr int TC_BM = 128, TC_BN = 128, TC_BK = 64, TC_STAGES = 4, TC_THREADS = 256;
+constexpr int TC_TILE_BYTES = TC_BM * TC_BK; /* A and B tiles: 128 rows x 64 bytes each */
+constexpr int TC_SMEM = TC_STAGES * (2 * TC_TILE_BYTES + 2 * 2 * TC_BM * 4); /* + 2 units x 128 scales, A and B */
+
+__device__ __forceinline__ int tc_swz(int r, int c) { return r * TC_BK + ((c ^ ((r >> 1) & 3)) << 4); }
+
+__device__ __forceinline__ void tc_cp16(uint32_t dst, const void *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tc_cp4(uint32_t dst, const void *src, int bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tc_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void tc_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void tc_ldsm4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr)
+                 : "memory");
+}
+
+/* d += a b over one 16 x 8 x 32 E4M3 step (F32 accumulate). */
+__device__ __forceinline__ void tc_mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    __trap(); /* the gate never launches it below sm_89 */
+#endif
+}
+
+template <int U, typename TC>
+__global__ void __launch_bounds__(TC_THREADS, 1) fp8_tc_kernel(const uint8_t *__restrict__ a8, const float *__restrict__ sa,
+                                                               const uint8_t *__restrict__ b8, const float *__restrict__ sb,
+                                                               TC *__restrict__ c, int M, int N, int K)
+{
+    constexpr int UPS = TC_BK / U; /* units a stage: 1 (HiF4) or 2 (MXFP4) */
+    constexpr int KPU = U / 32;    /* k32 steps a unit: 2 or 1 */
+    extern __shared__ __align__(128) uint8_t tc_smem[];
+    uint8_t *sA = tc_smem, *sB = tc_smem + TC_STAGES * TC_TILE_BYTES;
+    float *sSA = reinterpret_cast<float *>(tc_smem + 2 * TC_STAGES * TC_TILE_BYTES); /* [stage][unit][row] */
+    float *sSB = sSA + TC_STAGES * 2 * TC_BM;
+    const uint32_t sA0 = (uint32_t)__cvta_generic_to_shared(sA), sB0 = (uint32_t)__cvta_generic_to_shared(sB);
+    const uint32_t sSA0 = (uint32_t)__cvta_generic_to_shared(sSA), sSB0 = (uint32_t)__cvta_generic_to_shared(sSB);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 2, wn = warp & 3; /* warp tile rows wm * 64, cols wn * 32 */
+    const int bm = blockIdx.y * TC_BM, bn = blockIdx.x * TC_BN;
+    const int units = K / U, KT = K / TC_BK;
+
+    /* Loads of stage kt into ring slot s: 512 chunks of A and of B (2 each a thread), scales. */
+    auto load = [&](int kt, int s) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int q = tid + i * TC_THREADS, r = q >> 2, ch = q & 3;
+            const int ra = bm + r, rb = bn + r;
+            const uint8_t *ga = a8 + (size_t)(ra < M ? ra : 0) * K + (size_t)kt * TC_BK + ch * 16;
+            const uint8_t *gb = b8 + (size_t)(rb < N ? rb : 0) * K + (size_t)kt * TC_BK + ch * 16;
+            tc_cp16(sA0 + s * TC_TILE_BYTES + tc_swz(r, ch), ga, ra < M ? 16 : 0);
+            tc_cp16(sB0 + s * TC_TILE_BYTES + tc_swz(r, ch), gb, rb < N ? 16 : 0);
+        }
+        if (tid < UPS * TC_BM) {
+            const int ul = tid / TC_BM, r = tid % TC_BM, u = kt * UPS + ul;
+            const int ra = bm + r, rb = bn + r;
+            tc_cp4(sSA0 + (uint32_t)((s * 2 + ul) * TC_BM + r) * 4, sa + (size_t)(ra < M ? ra : 0) * units + u, ra < M ? 4 : 0);
+            tc_cp4(sSB0 + (uint32_t)((s * 2 + ul) * TC_BM + r) * 4, sb + (size_t)(rb < N ? rb : 0) * units + u, rb < N ? 4 : 0);
+        }
+    };
+
+    float acc[4][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[mi][ni][j] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < TC_STAGES - 1; s++) {
+        if (s < KT) load(s, s);
+        tc_commit();
+    }
+
+    const int g = lane >> 2, t = lane & 3;
+    /* ldmatrix row addresses. A (x4 per m16 tile and k32 step): lanes 0-7 rows 0-7 k 0-15,
+     * 8-15 rows 8-15 k 0-15, 16-23 rows 0-7 k 16-31, 24-31 rows 8-15 k 16-31 -> a0..a3.
+     * B (x4 per n8 tile): lanes 8j..8j+7 rows (n) 0-7, chunk j (k 16j..16j+15) -> b[ks=j/2][j%2]. */
+    const int a_row = wm * 64 + (lane & 7) + ((lane >> 3) & 1) * 8, a_ch = lane >> 4;
+    const int b_row = wn * 32 + (lane & 7), b_ch = lane >> 3;
+
+    for (int kt = 0; kt < KT; kt++) {
+        tc_wait<TC_STAGES - 2>();
+        __syncthreads();
+        {
+            const int nk = kt + TC_STAGES - 1;
+            if (nk < KT) load(nk, nk % TC_STAGES);
+            tc_commit();
+        }
+        const int s = kt % TC_STAGES;
+        const uint32_t tA = sA0 + s * TC_TILE_BYTES, tB = sB0 + s * TC_TILE_BYTES;
+        uint32_t af[2][4][4], bf[2][4][2];
+#pragma unroll
+        for (int ks = 0; ks < 2; ks++)
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+                tc_ldsm4(tA + tc_swz(a_row + mi * 16, ks * 2 + a_ch), af[ks][mi][0], af[ks][mi][1], af[ks][mi][2], af[ks][mi][3]);
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+            tc_ldsm4(tB + tc_swz(b_row + ni * 8, b_ch), bf[0][ni][0], bf[0][ni][1], bf[1][ni][0], bf[1][ni][1]);
+#pragma unroll
+        for (int ul = 0; ul < UPS; ul++) {
+            const float *ssa = sSA + (s * 2 + ul) * TC_BM + wm * 64 + g;
+            const float *ssb = sSB + (s * 2 + ul) * TC_BM + wn * 32 + 2 * t;
+            float va[4][2], vb[4][2];
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++) va[mi][0] = ssa[mi * 16], va[mi][1] = ssa[mi * 16 + 8];
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) vb[ni][0] = ssb[ni * 8], vb[ni][1] = ssb[ni * 8 + 1];
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                    for (int ks = ul * KPU; ks < (ul + 1) * KPU; ks++) tc_mma(p, af[ks][mi], bf[ks][ni]);
+                    /* c0, c1: row g, cols 2t, 2t + 1; c2, c3: row g + 8 */
+                    acc[mi][ni][0] += p[0] * (va[mi][0] * vb[ni][0]);
+                    acc[mi][ni][1] += p[1] * (va[mi][0] * vb[ni][1]);
+                    acc[mi][ni][2] += p[2] * (va[mi][1] * vb[ni][0]);
+                    acc[mi][ni][3] += p[3] * (va[mi][1] * vb[ni][1]);
+                }
+        }
+    }
+    tc_wait<0>();
+
+    /* Epilogue: row-major C[M, N], guarded; pairs of columns stored together when N is even. */
+    const bool pair = (N & 1) == 0;
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int m = bm + wm * 64 + mi * 16 + g + h * 8;
+            if (m >= M) continue;
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                const int n = bn + wn * 32 + ni * 8 + 2 * t;
+                const float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
+                const size_t o = (size_t)m * N + n;
+                if (sizeof(TC) == 2) {
+                    uint16_t *cc = reinterpret_cast<uint16_t *>(c);
+                    if (pair && n + 1 < N) {
+                        *reinterpret_cast<uint32_t *>(cc + o) = (uint32_t)fp4rl_f32_to_bf16(v0) | ((uint32_t)fp4rl_f32_to_bf16(v1) << 16);
+                    } else {
+                        if (n < N) cc[o] = fp4rl_f32_to_bf16(v0);
+                        if (n + 1 < N) cc[o + 1] = fp4rl_f32_to_bf16(v1);
+                    }
+                } else {
+                    float *cf = reinterpret_cast<float *>(c);
+                    if (pair && n + 1 < N) {
+                        *reinterpret_cast<float2 *>(cf + o) = make_float2(v0, v1);
+                    } else {
+                        if (n < N) cf[o] = v0;
+                        if (n + 1 < N) cf[o + 1] = v1;
+                    }
+                }
+            }
+        }
+}
+
+template <int U, typename TC>
+cudaError_t fp8_tc_launch(cudaStream_t st, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c, int64_t M,
+                          int64_t N, int64_t K)
+{
+    const cudaError_t e = cudaFuncSetAttribute(fp8_tc_kernel<U, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC_SMEM);
+    if (e != cudaSuccess) return e;
+    const dim3 grid((unsigned)((N + TC_BN - 1) / TC_BN), (unsigned)((M + TC_BM - 1) / TC_BM));
+    fp8_tc_kernel<U, TC><<<grid, TC_THREADS, TC_SMEM, st>>>(a8, sa, b8, sb, static_cast<TC *>(c), (int)M, (int)N, (int)K);
+    return cudaSuccess;
+}
+
+/* FP4RL_FP8_GEMM: unset / "1" -> the tensor-core kernel where its gate holds (sm_89+, M >= 512,
+ * N >= 128, K >= 128, K % 64 == 0), else the old path; "0" -> old path; "ref" -> the reference
+ * kernel (any size). */
 int fp8_mode(void)
 {
     const char *e = getenv("FP4RL_FP8_GEMM");
@@ -120,6 +319,27 @@ fp4rl_status fp4rl_cuda_fp8_gemm_ref(fp4rl_context *ctx, const uint8_t *a8, cons
     return fp4rl_cuda_check_launch(ctx, "fp4rl_matmul: FP8 reference GEMM");
 }
 
+int fp4rl_cuda_fp8_tc_ok(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K)
+{
+    const fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    if (cu->cc_major * 10 + cu->cc_minor < 89) return 0;
+    return M >= 512 && N >= 128 && K >= 128 && K % 64 == 0 && M < (1 << 30) && N < (1 << 30) && K < (1 << 30);
+}
+
+fp4rl_status fp4rl_cuda_fp8_gemm_tc(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c,
+                                    int c_bf16, int64_t M, int64_t N, int64_t K, int U)
+{
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    if (K % 64 || (U != 32 && U != 64)) return FP4RL_ERR_UNSUPPORTED;
+    cudaError_t e;
+    if (U == 64) e = c_bf16 ? fp8_tc_launch<64, uint16_t>(cu->stream, a8, sa, b8, sb, c, M, N, K)
+                            : fp8_tc_launch<64, float>(cu->stream, a8, sa, b8, sb, c, M, N, K);
+    else e = c_bf16 ? fp8_tc_launch<32, uint16_t>(cu->stream, a8, sa, b8, sb, c, M, N, K)
+                    : fp8_tc_launch<32, float>(cu->stream, a8, sa, b8, sb, c, M, N, K);
+    if (e != cudaSuccess) return fp4rl_cuda_fail(ctx, e, "fp4rl_matmul: FP8 tensor-core GEMM (shared memory attribute)");
+    return fp4rl_cuda_check_launch(ctx, "fp4rl_matmul: FP8 tensor-core GEMM");
+}
+
 int fp4rl_cuda_fp8_gemm_wanted(fp4rl_context *ctx, const fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b)
 {
     (void)ctx;
@@ -127,9 +347,10 @@ int fp4rl_cuda_fp8_gemm_wanted(fp4rl_context *ctx, const fp4rl_tensor *c, const 
     if (c->dtype != FP4RL_DTYPE_F32 && c->dtype != FP4RL_DTYPE_BF16) return 0;
     const int U = fp4rl_cuda_fp8_unit(a);
     if (!U || U != fp4rl_cuda_fp8_unit(b) || a->q.cols != b->q.cols || a->q.cols % U) return 0;
-    /* Only the reference kernel exists so far; the sm_90 / size gate (M >= 512, N >= 128,
-     * K >= 128) belongs to the wgmma kernel. */
-    return fp8_mode() == 2;
+    const int mode = fp8_mode();
+    if (mode == 2) return 1;
+    if (mode == 0) return 0;
+    return fp4rl_cuda_fp8_tc_ok(ctx, a->q.rows, b->q.rows, a->q.cols);
 }
 
 fp4rl_status fp4rl_cuda_fp8_gemm(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b)
@@ -143,7 +364,10 @@ fp4rl_status fp4rl_cuda_fp8_gemm(fp4rl_context *ctx, fp4rl_tensor *c, const fp4r
     if (!st) st = fp4rl_cuda_alloc_bytes(ctx, &sb, (size_t)(N * (K / U)) * 4);
     if (!st) st = fp4rl_cuda_fp8_prepass(ctx, a, static_cast<uint8_t *>(a8), static_cast<float *>(sa));
     if (!st) st = fp4rl_cuda_fp8_prepass(ctx, b, static_cast<uint8_t *>(b8), static_cast<float *>(sb));
-    if (!st)
+    if (!st && fp8_mode() != 2)
+        st = fp4rl_cuda_fp8_gemm_tc(ctx, static_cast<const uint8_t *>(a8), static_cast<const float *>(sa), static_cast<const uint8_t *>(b8),
+                                    static_cast<const float *>(sb), c->data, c->dtype == FP4RL_DTYPE_BF16, M, N, K, U);
+    else if (!st)
         st = fp4rl_cuda_fp8_gemm_ref(ctx, static_cast<const uint8_t *>(a8), static_cast<const float *>(sa), static_cast<const uint8_t *>(b8),
                                      static_cast<const float *>(sb), c->data, c->dtype == FP4RL_DTYPE_BF16, M, N, K, U);
     fp4rl_cuda_free_bytes(ctx, a8);

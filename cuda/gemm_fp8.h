@@ -13,8 +13,9 @@
  * K in place of 2 K / U).
  *
  * Kernels: `ref`, one output a thread on the CUDA cores doing exactly this math (unit partials
- * promoted in K order); the wgmma kernel for sm_90a is not written yet (see the report of
- * branch h-fp8), so the dispatch uses `ref` only when FP4RL_FP8_GEMM=ref.
+ * promoted in K order), taken under FP4RL_FP8_GEMM=ref; `tc`, warp-level mma.sync m16n8k32
+ * E4M3 (sm_89+), 128 x 128 CTA tiles, the same per-unit partials and promotions, taken by
+ * default (unset or "1") where fp4rl_cuda_fp8_tc_ok holds; "0" keeps the old BF16 path.
  */
 #ifndef FP4RL_CUDA_GEMM_FP8_H
 #define FP4RL_CUDA_GEMM_FP8_H
@@ -35,5 +36,10 @@ int fp4rl_cuda_fp8_unit(const fp4rl_tensor *t);
 fp4rl_status fp4rl_cuda_fp8_prepass(fp4rl_context *ctx, const fp4rl_tensor *t, uint8_t *e4m3, float *scales);
 fp4rl_status fp4rl_cuda_fp8_gemm_ref(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb,
                                      void *c, int c_bf16, int64_t M, int64_t N, int64_t K, int U);
+/* The tensor-core kernel (mma.sync m16n8k32 E4M3, sm_89+; K % 64 == 0), same math and contract
+ * as the reference; and its gate (sm_89+, M >= 512, N >= 128, K >= 128, K % 64 == 0). */
+int fp4rl_cuda_fp8_tc_ok(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K);
+fp4rl_status fp4rl_cuda_fp8_gemm_tc(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c,
+                                    int c_bf16, int64_t M, int64_t N, int64_t K, int U);
 
 #endif /* FP4RL_CUDA_GEMM_FP8_H */
