@@ -221,7 +221,11 @@ def test_cuda_round_trip_no_copy(gpu, torch_cuda):
     y = torch.from_dlpack(t)
     assert y.device.type == "cuda" and y.data_ptr() == x.data_ptr()
     q = gpu.quantize(t, "mxfp8_e4m3")  # the library reads torch's memory on the device
-    assert np.allclose(q.numpy(), x.cpu().numpy(), rtol=0.07, atol=1e-2)
+    # bit for bit the CPU reference's round trip of the same values (OCP MX scales clamp the
+    # block maximum, so a tolerance around x would not hold; the reference is the contract)
+    with fp4rl.Context() as cpu:
+        want = cpu.quantize(cpu.tensor(x.cpu().numpy()), "mxfp8_e4m3").numpy()
+    assert np.array_equal(q.numpy(), want)
     m = fp4rl.Model(gpu, TINY, seed=1)
     sd = m.state_dict()
     w = torch.from_dlpack(sd["model.norm.weight"])
