@@ -236,6 +236,27 @@ def test_cuda_round_trip_no_copy(gpu, torch_cuda):
 
 
 @pytest.mark.gpu
+def test_cuda_load_state_dict_device_to_device(gpu, torch_cuda):
+    """load_state_dict from torch CUDA tensors (FP32 and BF16) copies on the device and is ordered
+    against the context's work: the model then holds exactly those values, and a bad shape among
+    them changes nothing."""
+    torch = torch_cuda
+    m = fp4rl.Model(gpu, TINY, seed=1)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    new = {n: torch.randn(m.param_shape(n), device="cuda", generator=g) for n in m.param_names}
+    new["model.norm.weight"] = new["model.norm.weight"].bfloat16()
+    before = {n: m.get_param(n) for n in m.param_names}
+    bad = dict(new)
+    bad["model.norm.weight"] = torch.zeros(3, device="cuda")
+    with pytest.raises(fp4rl.ShapeError):
+        m.load_state_dict(bad)
+    assert all((m.get_param(n) == before[n]).all() for n in m.param_names)
+    m.load_state_dict(new)
+    for n, v in new.items():
+        assert np.array_equal(m.get_param(n), v.float().cpu().numpy()), n
+
+
+@pytest.mark.gpu
 def test_cuda_stream_ordering(gpu, torch_cuda):
     torch = torch_cuda
     s = torch.cuda.Stream()
