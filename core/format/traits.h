@@ -87,6 +87,13 @@ FP4RL_HD_CONST fp4rl_format_traits fp4rl_format_of(fp4rl_dtype d)
     return dense;
 }
 
+/* "mxfp4, nvfp4, hif4, mxfp8_e4m3": the quantized formats' names in table order, for messages
+ * that list the valid formats, so a row added to the table shows up there too. One string literal
+ * made at compile time (", mxfp4, ..."), read from past its leading ", ". Host code only. */
+#define FP4RL_FORMAT_LIST_NAME(id, name, ...) ", " name
+static inline const char *fp4rl_format_list_str(void) { return &(FP4RL_FORMAT_TABLE(FP4RL_FORMAT_LIST_NAME))[2]; }
+#undef FP4RL_FORMAT_LIST_NAME
+
 /* The magnitude bits of a code (all but the sign, the top bit). */
 FP4RL_HD_CONST unsigned fp4rl_format_mag_mask(fp4rl_format_traits t) { return t.code_bits ? (1u << (t.code_bits - 1)) - 1u : 0u; }
 
