@@ -94,7 +94,7 @@ template <typename F> fp4rl_status colsum(fp4rl_context *ctx, cudaStream_t s, fl
 
 } // namespace fp4rl_cuda_ops_detail
 
-/* The ops (cuda/ops_*.cu); each is documented at its slot in core/backend/ops.h. */
+/* The ops (cuda/ops_*.cu); each is documented at its entry in core/backend/ops_list.h. */
 /* The tiled training attention (ops_attention_tiled.cu) for the head dims and grids it covers. */
 int fp4rl_cuda_attention_tiled_ok(int64_t B, int64_t Hq, int64_t D);
 /* The BF16-numerics training attention on the tensor cores (ops_attention_gemm.cu), for head dims
@@ -115,74 +115,10 @@ fp4rl_status fp4rl_cuda_attention_backward_tiled(fp4rl_context *ctx, cudaStream_
                                                  const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
                                                  float scale);
 
-#define FP4RL_CUDA_OP(name, ...) fp4rl_status fp4rl_cuda_##name(fp4rl_context *ctx, __VA_ARGS__)
-FP4RL_CUDA_OP(embedding_forward, float *out, const int32_t *tokens, const float *wte, int64_t N, int64_t V, int64_t C);
-FP4RL_CUDA_OP(embedding_backward, float *dwte, const float *dout, const int32_t *tokens, int64_t N, int64_t V, int64_t C);
-FP4RL_CUDA_OP(rmsnorm_forward, float *out, float *rstd, const float *x, const float *weight, int64_t N, int64_t C, float eps);
-FP4RL_CUDA_OP(rmsnorm_backward, float *dx, float *dweight, const float *dout, const float *x, const float *weight,
-              const float *rstd, int64_t N, int64_t C);
-FP4RL_CUDA_OP(linear_forward, float *y, const float *x, const float *w, const float *b, int64_t N, int64_t IN, int64_t OUT);
-FP4RL_CUDA_OP(linear_backward, float *dx, float *dw, float *db, const float *dy_dx, const float *w_dx, const float *dy_dw,
-              const float *x_dw, const float *dy_db, int64_t N, int64_t IN, int64_t OUT);
-FP4RL_CUDA_OP(round_bf16, float *out, const float *x, int64_t n);
-FP4RL_CUDA_OP(rope_forward, float *out, const float *x, const int32_t *positions, int64_t N, int64_t H, int64_t D, float theta);
-FP4RL_CUDA_OP(rope_backward, float *dx, const float *dout, const int32_t *positions, int64_t N, int64_t H, int64_t D,
-              float theta);
-FP4RL_CUDA_OP(attention_forward, float *out, float *lse, const float *q, const float *k, const float *v,
-              const int32_t *lengths, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
-FP4RL_CUDA_OP(attention_backward, float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-              const float *v, const float *out, const float *lse, const int32_t *lengths, int64_t B, int64_t T,
-              int64_t Hq, int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
-FP4RL_CUDA_OP(swiglu_forward, float *out, const float *gate, const float *up, int64_t n);
-FP4RL_CUDA_OP(swiglu_backward, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n);
-FP4RL_CUDA_OP(residual_forward, float *out, const float *a, const float *b, int64_t n);
-FP4RL_CUDA_OP(residual_backward, float *da, float *db, const float *dout, int64_t n);
-FP4RL_CUDA_OP(copy, float *dst, const float *src, int64_t n);
-FP4RL_CUDA_OP(sub, float *out, const float *a, const float *b, int64_t n);
-FP4RL_CUDA_OP(logprobs_forward, float *logp, float *entropy, float *lse, const float *logits, const int32_t *targets,
-              int64_t N, int64_t V);
-FP4RL_CUDA_OP(logprobs_backward, float *dlogits, const float *dlogp, const float *dentropy, const float *logits,
-              const int32_t *targets, const float *lse, const float *entropy, int64_t N, int64_t V);
-FP4RL_CUDA_OP(cross_entropy_forward, float *loss, float *lse, const float *logits, const int32_t *targets,
-              const float *mask, int64_t N, int64_t V);
-FP4RL_CUDA_OP(cross_entropy_backward, float *dlogits, const float *dloss, const float *logits, const int32_t *targets,
-              const float *mask, const float *lse, int64_t N, int64_t V);
-FP4RL_CUDA_OP(adamw_update, float *params, const float *grads, float *m, float *v, int64_t n, double lr, double beta1,
-              double beta2, double eps, double weight_decay, int64_t t);
-FP4RL_CUDA_OP(adamw_check, float *bad, const float *params, const float *grads, const float *m, const float *v, int64_t n,
-              double lr, double beta1, double beta2, double eps, double weight_decay, int64_t t);
-FP4RL_CUDA_OP(adamw_update_bf16, float *params, const float *grads, uint16_t *m, uint16_t *v, int64_t n, double lr,
-              double beta1, double beta2, double eps, double weight_decay, int64_t t, uint64_t seed, uint64_t offset);
-FP4RL_CUDA_OP(adamw_check_bf16, float *bad, const float *params, const float *grads, const uint16_t *m, const uint16_t *v,
-              int64_t n, double lr, double beta1, double beta2, double eps, double weight_decay, int64_t t, uint64_t seed,
-              uint64_t offset);
-FP4RL_CUDA_OP(grad_norm, float *norm, const float *g, int64_t n);
-FP4RL_CUDA_OP(init_normal, float *dst, int64_t k0, int64_t n, uint64_t seed);
-FP4RL_CUDA_OP(grad_clip, float *g, int64_t n, const float *norm, float max_norm);
-FP4RL_CUDA_OP(kv_store, void *cache, int kv_bf16, const float *src, const int32_t *rows, int64_t N, int64_t W);
-FP4RL_CUDA_OP(attention_rows, float *out, const float *q, const void *kc, const void *vc, int kv_bf16, const int32_t *seg,
-              int64_t N, int64_t max_keys, int64_t Hq, int64_t Hkv, int64_t D, fp4rl_att_numerics nm);
-FP4RL_CUDA_OP(gather_rows, float *dst, const float *src, const int32_t *idx, int64_t N, int64_t W);
-FP4RL_CUDA_OP(resq_mask, float *r, int64_t N, int64_t K, int pattern);
-FP4RL_CUDA_OP(sample_rows, int32_t *tokens, float *logp, const float *logits, int64_t B, int64_t V, float temperature,
-              int64_t top_k, double top_p, uint64_t seed, uint64_t offset, uint64_t row0, const int32_t *steps,
-              const int32_t *rows);
-FP4RL_CUDA_OP(nucleus_logprobs_forward, float *logp, float *lse, const float *logits, const int32_t *targets, int64_t N,
-              int64_t V, int64_t top_k, double top_p);
-FP4RL_CUDA_OP(nucleus_logprobs_backward, float *dlogits, const float *dlogp, const float *logits, const int32_t *targets,
-              const float *lse, int64_t N, int64_t V, int64_t top_k, double top_p);
-FP4RL_CUDA_OP(underflow_count, float *counts, const float *x, const float *xq, int64_t n);
-FP4RL_CUDA_OP(rollout_act, uint16_t *out, unsigned long long *counts, const float *x, int64_t N, int64_t K, int fmt,
-              int truncation_free, int resq);
-FP4RL_CUDA_OP(qdq_bf16, uint16_t *dst, const float *src, int64_t rows, int64_t cols, int fmt, int truncation_free, int along_rows,
-              int stochastic, uint64_t seed, uint64_t offset);
-FP4RL_CUDA_OP(linear_forward_bf16, float *y, const uint16_t *x, const uint16_t *w, const float *b, int64_t N, int64_t IN,
-              int64_t OUT);
-FP4RL_CUDA_OP(pack_bf16, uint16_t *dst, int64_t ld, const float *src, int64_t rows, int64_t cols);
-FP4RL_CUDA_OP(linear_backward_bf16, float *dx, float *dw, float *db, const uint16_t *dy_dx, const uint16_t *w_dx,
-              const uint16_t *dy_dw, const uint16_t *x_dw, const float *dy_db, int64_t N, int64_t IN, int64_t OUT);
-FP4RL_CUDA_OP(scale, float *x, int64_t n, float alpha);
-#undef FP4RL_CUDA_OP
+/* fp4rl_cuda_<op> for every op of core/backend/ops_list.h: a definition of another signature does
+ * not compile. */
+#define FP4RL_OP(ret, op, params) ret fp4rl_cuda_##op params;
+#include "backend/ops_list.h"
 
 /* Makes the device current and returns the context's stream in *s. */
 inline fp4rl_status fp4rl_cuda_op_begin(fp4rl_context *ctx, cudaStream_t *s)

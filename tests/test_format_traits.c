@@ -60,6 +60,9 @@ START_TEST(test_names_and_kinds)
     ck_assert_int_eq(FP4RL_QDQ_MXFP8, FP4RL_DTYPE_MXFP8_E4M3);
     ck_assert_int_eq(fp4rl_qdq_block_size(FP4RL_QDQ_HIF4), 64);
     ck_assert_int_eq(fp4rl_qdq_block_size(FP4RL_QDQ_MXFP4), 32);
+    /* the list the "not a quantized format" messages print: every row's name, in table order */
+    ck_assert_str_eq(fp4rl_format_list_str(), "mxfp4, nvfp4, hif4, mxfp8_e4m3");
+    ck_assert_str_eq(FP4RL_FORMAT_IDS_SEP, ", FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_NVFP4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP8_E4M3");
 }
 END_TEST
 

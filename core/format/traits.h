@@ -87,6 +87,16 @@ FP4RL_HD_CONST fp4rl_format_traits fp4rl_format_of(fp4rl_dtype d)
     return dense;
 }
 
+/* The quantized formats in table order, for messages that list the valid ones, so a row added to
+ * the table shows up there too: string literals made at compile time, each item after ", "
+ * (", mxfp4, nvfp4, ..." by name; ", FP4RL_DTYPE_MXFP4, ..." by enum constant), so a message can
+ * append them to its own literal. fp4rl_format_list_str is the names without the leading ", ". */
+#define FP4RL_FORMAT_NAME_ITEM(id, name, ...) ", " name
+#define FP4RL_FORMAT_ID_ITEM(id, ...) ", " #id
+#define FP4RL_FORMAT_NAMES_SEP FP4RL_FORMAT_TABLE(FP4RL_FORMAT_NAME_ITEM)
+#define FP4RL_FORMAT_IDS_SEP FP4RL_FORMAT_TABLE(FP4RL_FORMAT_ID_ITEM)
+static inline const char *fp4rl_format_list_str(void) { return &FP4RL_FORMAT_NAMES_SEP[2]; }
+
 /* The magnitude bits of a code (all but the sign, the top bit). */
 FP4RL_HD_CONST unsigned fp4rl_format_mag_mask(fp4rl_format_traits t) { return t.code_bits ? (1u << (t.code_bits - 1)) - 1u : 0u; }
 

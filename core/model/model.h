@@ -84,18 +84,12 @@ FP4RL_HIDDEN void fp4rl_arena_free(fp4rl_arena *a);
 FP4RL_HIDDEN const char *fp4rl_model_hparam_allowed(int p, double v);
 FP4RL_HIDDEN const char *fp4rl_model_hparam_name(int p);
 
-/* How one GEMM operand is rounded: not at all, to BF16, or FP4/FP8 quantize-dequantize. These
- * are the uniform members of the public fp4rl_numerics, with its values (one numbering); a pass's
- * mixed numerics (W4A16, W16A4, W4A4) become one of them per operand in fp4rl_block_linear_spec,
- * the one owner of that mapping. */
-typedef enum {
-    FP4RL_NUM_FP32 = FP4RL_NUMERICS_FP32,
-    FP4RL_NUM_BF16 = FP4RL_NUMERICS_BF16,
-    FP4RL_NUM_FP4 = FP4RL_NUMERICS_FP4
-} fp4rl_num_mode;
-/* The numerics of one linear layer, per role (weight, activation, gradient). */
+/* The numerics of one linear layer, per role (weight, activation, gradient). Each operand's mode
+ * is one of the uniform members of the public fp4rl_numerics (FP32, BF16 or FP4: one enum, one
+ * numbering); a pass's mixed numerics (W4A16, W16A4, W4A4) become one of them per operand in
+ * fp4rl_block_linear_spec, the one owner of that mapping. */
 typedef struct fp4rl_linear_spec {
-    fp4rl_num_mode mode[3];
+    fp4rl_numerics mode[3];
     fp4rl_dtype fmt[3];
     int tile[3];
 } fp4rl_linear_spec;

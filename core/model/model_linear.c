@@ -69,14 +69,14 @@ void fp4rl_arena_free(fp4rl_arena *a)
 
 /* ---- GEMM operand numerics ---- */
 
-static fp4rl_num_mode mode_of(int64_t numerics, fp4rl_role role, int rollout)
+static fp4rl_numerics mode_of(int64_t numerics, fp4rl_role role, int rollout)
 {
     switch (numerics) {
-    case FP4RL_NUMERICS_FP32: return FP4RL_NUM_FP32;
-    case FP4RL_NUMERICS_BF16: return FP4RL_NUM_BF16;
-    case FP4RL_NUMERICS_W4A16: return role == FP4RL_ROLE_WEIGHT ? FP4RL_NUM_FP4 : FP4RL_NUM_BF16;
-    case FP4RL_NUMERICS_W16A4: return role == FP4RL_ROLE_WEIGHT ? FP4RL_NUM_BF16 : FP4RL_NUM_FP4;
-    default: return (rollout && role == FP4RL_ROLE_GRADIENT) ? FP4RL_NUM_BF16 : FP4RL_NUM_FP4;
+    case FP4RL_NUMERICS_FP32: return FP4RL_NUMERICS_FP32;
+    case FP4RL_NUMERICS_BF16: return FP4RL_NUMERICS_BF16;
+    case FP4RL_NUMERICS_W4A16: return role == FP4RL_ROLE_WEIGHT ? FP4RL_NUMERICS_FP4 : FP4RL_NUMERICS_BF16;
+    case FP4RL_NUMERICS_W16A4: return role == FP4RL_ROLE_WEIGHT ? FP4RL_NUMERICS_BF16 : FP4RL_NUMERICS_FP4;
+    default: return (rollout && role == FP4RL_ROLE_GRADIENT) ? FP4RL_NUMERICS_BF16 : FP4RL_NUMERICS_FP4;
     }
 }
 
@@ -97,7 +97,7 @@ fp4rl_linear_spec fp4rl_head_linear_spec(const fp4rl_model *m, int rollout)
 {
     fp4rl_linear_spec s = fp4rl_block_linear_spec(m, 0, rollout);
     const int64_t numerics = fp4rl_policy_value(m->policy, rollout ? FP4RL_QP_ROLLOUT_NUMERICS : FP4RL_QP_TRAIN_NUMERICS);
-    for (int r = 0; r < 3; r++) s.mode[r] = numerics == FP4RL_NUMERICS_FP32 ? FP4RL_NUM_FP32 : FP4RL_NUM_BF16;
+    for (int r = 0; r < 3; r++) s.mode[r] = numerics == FP4RL_NUMERICS_FP32 ? FP4RL_NUMERICS_FP32 : FP4RL_NUMERICS_BF16;
     return s;
 }
 
@@ -145,9 +145,9 @@ fp4rl_status fp4rl_linear_operand(fp4rl_model *m, fp4rl_arena *a, float *dst, fl
 {
     fp4rl_context *ctx = m->ctx;
     switch (s->mode[role]) {
-    case FP4RL_NUM_FP32: return m->ops->copy(ctx, dst, src, rows * cols);
-    case FP4RL_NUM_BF16: return m->ops->round_bf16(ctx, dst, src, rows * cols);
-    case FP4RL_NUM_FP4: break;
+    case FP4RL_NUMERICS_FP32: return m->ops->copy(ctx, dst, src, rows * cols);
+    case FP4RL_NUMERICS_BF16: return m->ops->round_bf16(ctx, dst, src, rows * cols);
+    default: break; /* FP4; the mixed values never reach an operand (fp4rl_block_linear_spec splits them) */
     }
     if (!along_rows || s->tile[role]) return qdq_rows(m, dst, src, rows, cols, s->fmt[role], role);
     /* 1D blocks along the rows: quantize the transpose, whose rows are src's columns */
@@ -166,7 +166,7 @@ static fp4rl_status forward_operand(fp4rl_model *m, fp4rl_arena *a, const fp4rl_
                                     float **dst, float *src, int64_t rows, int64_t cols)
 {
     *dst = src;
-    if (s->mode[role] == FP4RL_NUM_FP32) return FP4RL_OK;
+    if (s->mode[role] == FP4RL_NUMERICS_FP32) return FP4RL_OK;
     *dst = fp4rl_arena_f32(a, rows * cols);
     if (a->st) return a->st;
     return fp4rl_linear_operand(m, a, *dst, src, rows, cols, s, role, 0);
@@ -177,7 +177,7 @@ static fp4rl_status forward_operand(fp4rl_model *m, fp4rl_arena *a, const fp4rl_
  * the products are the FP32 path's, on the GPU's tensor cores. */
 int fp4rl_linear_bf16_exact(const fp4rl_linear_spec *s, fp4rl_role r)
 {
-    return s->mode[r] == FP4RL_NUM_BF16 || (s->mode[r] == FP4RL_NUM_FP4 && fp4rl_format_of(s->fmt[r]).bf16_exact);
+    return s->mode[r] == FP4RL_NUMERICS_BF16 || (s->mode[r] == FP4RL_NUMERICS_FP4 && fp4rl_format_of(s->fmt[r]).bf16_exact);
 }
 
 /* The fused round trip gives BF16 words, so it serves the formats whose values are exactly BF16
@@ -198,7 +198,7 @@ static int bf16_path(const fp4rl_model *m, const fp4rl_linear_spec *s)
  * quantization is a fresh draw, and an operand is never shared between GEMMs or re-made. */
 static int stochastic(const fp4rl_model *m, const fp4rl_linear_spec *s, fp4rl_role role)
 {
-    return s->mode[role] == FP4RL_NUM_FP4 &&
+    return s->mode[role] == FP4RL_NUMERICS_FP4 &&
            fp4rl_policy_value(m->policy, (fp4rl_qparam)(FP4RL_QP_ROUNDING_WEIGHT + role)) == FP4RL_ROUND_STOCHASTIC;
 }
 
@@ -209,7 +209,7 @@ static uint16_t *bf16_operand(fp4rl_model *m, fp4rl_arena *a, float *src, int64_
 {
     uint16_t *d = fp4rl_arena_alloc(a, rows * cols, sizeof(uint16_t));
     if (!d) return NULL;
-    if (s->mode[role] == FP4RL_NUM_BF16) {
+    if (s->mode[role] == FP4RL_NUMERICS_BF16) {
         a->st = m->ops->pack_bf16(m->ctx, d, cols, src, rows, cols);
         return a->st ? NULL : d;
     }
@@ -249,7 +249,7 @@ int fp4rl_model_forward_draws(const fp4rl_model *m)
 /* 1D FP4 activation blocks: the dW GEMM needs x quantized along tokens too (another operand) */
 static int x_along_tokens(const fp4rl_linear_spec *s)
 {
-    return s->mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUM_FP4 && !s->tile[FP4RL_ROLE_ACTIVATION];
+    return s->mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUMERICS_FP4 && !s->tile[FP4RL_ROLE_ACTIVATION];
 }
 
 /* The along-tokens operand is made in the forward (sv->xbt) when that changes no random draw:
@@ -270,7 +270,7 @@ int fp4rl_linear_same_activation(const fp4rl_model *m, const fp4rl_linear_spec *
 {
     const fp4rl_role X = FP4RL_ROLE_ACTIVATION;
     return bf16_path(m, a) && bf16_path(m, b) && !stochastic(m, a, X) && a->mode[X] == b->mode[X] &&
-           (a->mode[X] != FP4RL_NUM_FP4 || (a->fmt[X] == b->fmt[X] && a->tile[X] == b->tile[X]));
+           (a->mode[X] != FP4RL_NUMERICS_FP4 || (a->fmt[X] == b->fmt[X] && a->tile[X] == b->tile[X]));
 }
 
 fp4rl_status fp4rl_lin_forward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, fp4rl_linear_saved *sv,
@@ -307,7 +307,7 @@ static fp4rl_status backward_operand(fp4rl_model *m, fp4rl_arena *a, const fp4rl
                                      float **dst, float *fwd_copy, float *src, int64_t rows, int64_t cols)
 {
     *dst = fwd_copy;
-    if (s->mode[role] != FP4RL_NUM_FP4 || s->tile[role]) return FP4RL_OK;
+    if (s->mode[role] != FP4RL_NUMERICS_FP4 || s->tile[role]) return FP4RL_OK;
     *dst = fp4rl_arena_f32(a, rows * cols);
     if (a->st) return a->st;
     return fp4rl_linear_operand(m, a, *dst, src, rows, cols, s, role, 1);
@@ -321,9 +321,9 @@ static fp4rl_status backward_bf16(fp4rl_model *m, fp4rl_arena *t, const fp4rl_li
     const fp4rl_role G = FP4RL_ROLE_GRADIENT, W = FP4RL_ROLE_WEIGHT, X = FP4RL_ROLE_ACTIVATION;
     /* dY along OUT for dX; along tokens for dW unless 2D or BF16 */
     const uint16_t *g1 = bf16_operand(m, t, dy, N, OUT, s, G, 0);
-    const uint16_t *g2 = !g1 ? NULL : s->mode[G] == FP4RL_NUM_FP4 && !s->tile[G] ? bf16_operand(m, t, dy, N, OUT, s, G, 1) : g1;
+    const uint16_t *g2 = !g1 ? NULL : s->mode[G] == FP4RL_NUMERICS_FP4 && !s->tile[G] ? bf16_operand(m, t, dy, N, OUT, s, G, 1) : g1;
     /* W along OUT: the forward's values unless 1D FP4 (re-made when not kept) */
-    const int same_w = s->mode[W] != FP4RL_NUM_FP4 || s->tile[W];
+    const int same_w = s->mode[W] != FP4RL_NUMERICS_FP4 || s->tile[W];
     const uint16_t *wb = !g2 ? NULL : same_w && sv->wb ? sv->wb : bf16_operand(m, t, w, OUT, IN, s, W, 1);
     /* X along tokens: the saved forward operand unless 1D FP4 */
     const uint16_t *xb = !wb ? NULL : !x_along_tokens(s) ? sv->xb : sv->xbt ? sv->xbt : bf16_operand(m, t, x, N, IN, s, X, 1);
@@ -340,11 +340,11 @@ fp4rl_status fp4rl_lin_backward(fp4rl_model *m, fp4rl_arena *a, const fp4rl_line
     const fp4rl_role G = FP4RL_ROLE_GRADIENT;
     float *dy_dx = dy, *dy_dw = dy, *w_dx, *x_dw;
     fp4rl_status st = FP4RL_OK;
-    if (s->mode[G] != FP4RL_NUM_FP32) { /* dY along OUT for dX; along tokens for dW unless 2D or BF16 */
+    if (s->mode[G] != FP4RL_NUMERICS_FP32) { /* dY along OUT for dX; along tokens for dW unless 2D or BF16 */
         dy_dx = dy_dw = fp4rl_arena_f32(a, N * OUT);
         if (a->st) return a->st;
         st = fp4rl_linear_operand(m, a, dy_dx, dy, N, OUT, s, G, 0);
-        if (!st && s->mode[G] == FP4RL_NUM_FP4 && !s->tile[G]) {
+        if (!st && s->mode[G] == FP4RL_NUMERICS_FP4 && !s->tile[G]) {
             dy_dw = fp4rl_arena_f32(a, N * OUT);
             if (a->st) return a->st;
             st = fp4rl_linear_operand(m, a, dy_dw, dy, N, OUT, s, G, 1);

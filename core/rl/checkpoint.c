@@ -41,7 +41,7 @@ static char *state_json(const fp4rl_rl_session *s)
 {
     const fp4rl_model *m = s->model;
     uint64_t seed, off;
-    fp4rl_context_get_rng(s->ctx, &seed, &off);
+    fp4rl_context_get_rng(s->model->ctx, &seed, &off);
     cJSON *root = cJSON_CreateObject();
     char num[32];
     cJSON_AddStringToObject(root, "format", STATE_FORMAT);
@@ -109,7 +109,7 @@ fp4rl_status fp4rl_session_save(const fp4rl_rl_session *s, const char *dir)
 {
     const char *fn = "fp4rl_rl_session_save";
     const fp4rl_model *m = s->model;
-    fp4rl_context *ctx = s->ctx;
+    fp4rl_context *ctx = s->model->ctx;
     char *tmp = NULL, path[4200];
     fp4rl_status st = legacy_checkpoint(dir) ? fp4rl_dir_mark(dir, MARKER, fn) : FP4RL_OK;
     if (!st) st = fp4rl_dir_stage(dir, MARKER, &tmp, fn);
@@ -189,7 +189,7 @@ fp4rl_status fp4rl_session_load(fp4rl_rl_session *s, const char *dir)
 {
     const char *fn = "fp4rl_rl_session_load";
     fp4rl_model *m = s->model;
-    fp4rl_context *ctx = s->ctx;
+    fp4rl_context *ctx = s->model->ctx;
     char base[4096], path[4200];
     struct stat sb;
     /* a killed save's leftovers: rank 0 puts a checkpoint moved aside back and removes the rest;

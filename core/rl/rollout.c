@@ -36,14 +36,14 @@ fp4rl_status fp4rl_rollout_linear(fp4rl_model *m, fp4rl_arena *a, const fp4rl_li
     const fp4rl_role X = FP4RL_ROLE_ACTIVATION;
     float *xq = x;
     fp4rl_status st = FP4RL_OK;
-    if (s->mode[X] != FP4RL_NUM_FP32) {
+    if (s->mode[X] != FP4RL_NUMERICS_FP32) {
         xq = fp4rl_arena_f32(a, N * IN);
         if (a->st) return a->st;
         st = fp4rl_linear_operand(m, a, xq, x, N, IN, s, X, 0);
-        if (!st && s->mode[X] == FP4RL_NUM_FP4 && counts) st = ops->underflow_count(ctx, counts, x, xq, N * IN);
+        if (!st && s->mode[X] == FP4RL_NUMERICS_FP4 && counts) st = ops->underflow_count(ctx, counts, x, xq, N * IN);
     }
     if (!st) st = ops->linear_forward(ctx, y, xq, wq, b, N, IN, OUT);
-    if (st || !resq || s->mode[X] != FP4RL_NUM_FP4) return st;
+    if (st || !resq || s->mode[X] != FP4RL_NUMERICS_FP4) return st;
     /* ResQ: R = X - Xq over the whole activation, re-quantized with fresh scales, masked, and
      * multiplied by the same quantized weights */
     float *r = fp4rl_arena_f32(a, N * IN), *rq = fp4rl_arena_f32(a, N * IN);
@@ -77,7 +77,7 @@ static fast_plan plan_fast(fp4rl_model *m, const fp4rl_linear_spec *s, int resq)
     fast_plan f = {0, -1, 0, FP4RL_RESQ_OFF};
     if (m->rollout_generic || !m->ops->rollout_act || !m->ops->linear_forward_bf16 || !m->ops->pack_bf16) return f;
     if (!fp4rl_linear_bf16_exact(s, FP4RL_ROLE_WEIGHT) || !fp4rl_linear_bf16_exact(s, FP4RL_ROLE_ACTIVATION)) return f;
-    if (s->mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUM_FP4) { /* MXFP4 or HiF4: a qdq_block.h format */
+    if (s->mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUMERICS_FP4) { /* MXFP4 or HiF4: a qdq_block.h format */
         fp4rl_qparams p;
         const fp4rl_dtype fx = s->fmt[FP4RL_ROLE_ACTIVATION];
         if (s->tile[FP4RL_ROLE_ACTIVATION] != 0) return f;
@@ -159,7 +159,7 @@ static int is_stop(const fp4rl_rollout_cfg *cfg, int32_t tok)
 static int row_local(fp4rl_model *m, const fp4rl_linear_spec *s, int resq)
 {
     const fp4rl_role X = FP4RL_ROLE_ACTIVATION;
-    if (s->mode[X] != FP4RL_NUM_FP4) return 1;
+    if (s->mode[X] != FP4RL_NUMERICS_FP4) return 1;
     fp4rl_qparams p;
     if (s->tile[X] != 0 || fp4rl_format_of(s->fmt[X]).tensor_scale) return 0;
     if (fp4rl_policy_resolve(m->policy, s->fmt[X], X, m->ctx, &p, "rollout") || p.stochastic) return 0;
@@ -221,8 +221,8 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
     /* graphs where no linear quantizes activations outside the fused path (the generic quantizer
      * reads flags back to the host, which a recording cannot) */
     const fp4rl_role X = FP4RL_ROLE_ACTIVATION;
-    e->graphs = ctx->be->graph_begin && !m->rollout_eager && (e->f_qk.on || e->s_qk.mode[X] != FP4RL_NUM_FP4) &&
-                (e->f_blk.on || e->s_blk.mode[X] != FP4RL_NUM_FP4) && (e->f_head.on || e->s_head.mode[X] != FP4RL_NUM_FP4);
+    e->graphs = ctx->be->graph_begin && !m->rollout_eager && (e->f_qk.on || e->s_qk.mode[X] != FP4RL_NUMERICS_FP4) &&
+                (e->f_blk.on || e->s_blk.mode[X] != FP4RL_NUMERICS_FP4) && (e->f_head.on || e->s_head.mode[X] != FP4RL_NUMERICS_FP4);
     e->wq = calloc((size_t)(L * R_COUNT + 1), sizeof(float *));
     e->wb = calloc((size_t)(L * R_COUNT + 1), sizeof(uint16_t *));
     e->kc = calloc((size_t)L, sizeof(void *));
@@ -237,7 +237,7 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
             const fast_plan *f = r <= R_K ? &e->f_qk : &e->f_blk;
             float *w = m->w + p->offset, **wq = &e->wq[l * R_COUNT + r];
             *wq = w;
-            if (s->mode[FP4RL_ROLE_WEIGHT] == FP4RL_NUM_FP32) continue;
+            if (s->mode[FP4RL_ROLE_WEIGHT] == FP4RL_NUMERICS_FP32) continue;
             fp4rl_arena tmp = {.ctx = ctx}, *wa = f->on ? &tmp : keep; /* the fused path keeps only BF16 */
             *wq = fp4rl_arena_f32(wa, p->numel);
             st = wa->st ? wa->st : fp4rl_linear_operand(m, wa, *wq, w, p->dims[0], p->dims[1], s, FP4RL_ROLE_WEIGHT, 0);
@@ -249,7 +249,7 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
         }
     float *head = fp4rl_model_w(m, fp4rl_model_p_head(m));
     e->whead = head;
-    if (!st && e->s_head.mode[FP4RL_ROLE_WEIGHT] != FP4RL_NUM_FP32) {
+    if (!st && e->s_head.mode[FP4RL_ROLE_WEIGHT] != FP4RL_NUMERICS_FP32) {
         e->whead = fp4rl_arena_f32(keep, V * C);
         st = keep->st ? keep->st : fp4rl_linear_operand(m, keep, e->whead, head, V, C, &e->s_head, FP4RL_ROLE_WEIGHT, 0);
     }
@@ -373,7 +373,7 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     if (e->f_head.on) {
         TRY(fast_linear(m, step, &e->f_head, logits, lnh, e->whead_b, NULL, Nh, C, V, NULL, NULL));
     } else {
-        if (e->s_head.mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUM_BF16) TRY(ops->round_bf16(ctx, lnh, lnh, Nh * C));
+        if (e->s_head.mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUMERICS_BF16) TRY(ops->round_bf16(ctx, lnh, lnh, Nh * C));
         TRY(ops->linear_forward(ctx, logits, lnh, e->whead, NULL, Nh, C, V));
     }
     TRY(ops->sample_rows(ctx, d_samp, d_slogp, logits, Nh, V, cfg->temperature, cfg->top_k, cfg->top_p, cfg->seed,

@@ -41,7 +41,7 @@ static double now_s(void)
 static fp4rl_status check_session(const fp4rl_rl_session *s, const char *fn)
 {
     if (!s) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: session is NULL", fn);
-    return fp4rl_check_ctx(s->ctx, fn);
+    return fp4rl_check_ctx(s->model->ctx, fn);
 }
 
 static void clear_rollout(fp4rl_rl_session *s)
@@ -61,7 +61,7 @@ void fp4rl_rl_session_destroy(fp4rl_rl_session *s)
 {
     if (!s) return;
     clear_rollout(s);
-    if (s->ref_w) s->ctx->be->free(s->ctx, s->ref_w);
+    if (s->ref_w) s->model->ctx->be->free(s->model->ctx, s->ref_w); /* the model outlives the session (fp4rl.h) */
     free(s->stop);
     free(s->metrics_path);
     free(s);
@@ -79,8 +79,7 @@ fp4rl_status fp4rl_rl_session_create(fp4rl_rl_session **out, fp4rl_context *ctx,
     if (policy && (st = fp4rl_model_set_policy(model, policy))) return st;
     fp4rl_rl_session *s = calloc(1, sizeof *s);
     if (!s) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    s->ctx = ctx;
-    s->model = model;
+    s->model = model; /* its context is the session's: checked above, read as s->model->ctx */
     memcpy(s->hp, param_defaults, sizeof s->hp);
     if (model->n_default_stop && (st = fp4rl_rl_session_set_stop_tokens(s, model->default_stop, (size_t)model->n_default_stop))) {
         fp4rl_rl_session_destroy(s);
@@ -221,12 +220,12 @@ static fp4rl_status do_rollout(fp4rl_rl_session *s, const int32_t *prompts, cons
     fp4rl_status st = check_session(s, fn);
     if (!st) st = check_prompts(s, prompts, offsets, n_prompts, fn);
     if (st) return st;
-    const int dist = fp4rl_dist_active(s->ctx);
-    if (dist && n_prompts < (size_t)s->ctx->world_size)
+    const int dist = fp4rl_dist_active(s->model->ctx);
+    if (dist && n_prompts < (size_t)s->model->ctx->world_size)
         return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %zu prompts for %d ranks; every rank needs at least one prompt (pass the same global prompt list on every rank)",
-                          fn, n_prompts, s->ctx->world_size);
+                          fn, n_prompts, s->model->ctx->world_size);
     size_t p0 = 0, p1 = n_prompts;
-    if (dist) rank_share(s->ctx, n_prompts, &p0, &p1);
+    if (dist) rank_share(s->model->ctx, n_prompts, &p0, &p1);
     clear_rollout(s);
     const size_t n_local = p1 - p0, n_tok = offsets[p1] - offsets[p0];
     s->prompts = malloc(n_tok * sizeof(int32_t));
@@ -500,7 +499,7 @@ static void set_metrics(fp4rl_rl_session *s, const double *sum, const double *mx
     M[M_TRAIN_TPS] = train_s > 0 ? sum[S_TRAIN_TOKENS] / train_s : 0;
     /* this rank's context: the high-water mark since its creation or last reset_peak_memory (1e9 bytes) */
     size_t peak = 0;
-    fp4rl_context_memory(s->ctx, NULL, &peak, NULL);
+    fp4rl_context_memory(s->model->ctx, NULL, &peak, NULL);
     M[M_PEAK_MEM_GB] = (double)peak * 1e-9;
 }
 
@@ -513,7 +512,7 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
 {
     const char *fn = "fp4rl_rl_session_train";
     fp4rl_model *m = s->model;
-    fp4rl_context *ctx = s->ctx;
+    fp4rl_context *ctx = s->model->ctx;
     const int dist = fp4rl_dist_active(ctx);
     if (st && !dist) return st;
     const double t0 = now_s();
@@ -656,7 +655,7 @@ fp4rl_status fp4rl_rl_session_step(fp4rl_rl_session *s, const int32_t *prompts, 
     if (!reward_fn) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: reward_fn is NULL", fn);
     /* in a distributed context a failure before training still goes through train_impl, where
      * every rank learns of it */
-    const int dist = fp4rl_dist_active(s->ctx);
+    const int dist = fp4rl_dist_active(s->model->ctx);
     if ((st = do_rollout(s, prompts, offsets, n_prompts, fn)) && !dist) return st;
     const size_t n = st ? 0 : (size_t)s->ro.n_seqs, G = (size_t)s->hp[FP4RL_RL_GROUP_SIZE];
     double *r = st ? NULL : malloc((n ? n : 1) * sizeof *r);
@@ -770,10 +769,10 @@ fp4rl_status fp4rl_rl_session_save(const fp4rl_rl_session *s, const char *dir)
     fp4rl_status st = check_session(s, fn);
     if (st) return st;
     if (!dir) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: dir is NULL", fn);
-    if (!fp4rl_dist_active(s->ctx)) return fp4rl_session_save(s, dir);
+    if (!fp4rl_dist_active(s->model->ctx)) return fp4rl_session_save(s, dir);
     /* the ranks' states are identical: rank 0 writes, and every rank learns whether it did */
-    st = s->ctx->rank == 0 ? fp4rl_session_save(s, dir) : FP4RL_OK;
-    return fp4rl_dist_agree(s->ctx, st, fn);
+    st = s->model->ctx->rank == 0 ? fp4rl_session_save(s, dir) : FP4RL_OK;
+    return fp4rl_dist_agree(s->model->ctx, st, fn);
 }
 
 fp4rl_status fp4rl_rl_session_load(fp4rl_rl_session *s, const char *dir)

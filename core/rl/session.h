@@ -13,8 +13,7 @@ enum {
 };
 
 struct fp4rl_rl_session {
-    fp4rl_context *ctx;
-    fp4rl_model *model;
+    fp4rl_model *model;        /* borrowed; its ctx is the session's context (no second copy) */
     double hp[FP4RL_RL_PARAM_COUNT];
     int32_t *stop;
     size_t n_stop;

@@ -119,11 +119,11 @@ fp4rl_status fp4rl_quant_policy_set(fp4rl_quant_policy *p, fp4rl_qparam param, i
     case FP4RL_QP_FORMAT_ACTIVATION:
     case FP4RL_QP_FORMAT_GRADIENT:
         if (!is_format(value))
-            return bad(param, value, "FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_NVFP4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP8_E4M3");
+            return bad(param, value, &FP4RL_FORMAT_IDS_SEP[2]); /* the table's formats, by enum name */
         break;
     case FP4RL_QP_FORMAT_QK:
         if (value != -1 && !is_format(value))
-            return bad(param, value, "-1 (as the other linears), FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_NVFP4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP8_E4M3");
+            return bad(param, value, "-1 (as the other linears)" FP4RL_FORMAT_IDS_SEP);
         break;
     case FP4RL_QP_TRAIN_NUMERICS:
         if (value != FP4RL_NUMERICS_BF16 && value != FP4RL_NUMERICS_FP4 && value != FP4RL_NUMERICS_FP32)

@@ -1,6 +1,7 @@
 /* quant.c - the quantize / dequantize / transpose entry points: validation, then the backend. */
 #include <string.h>
 
+#include "format/traits.h"
 #include "runtime/internal.h"
 
 fp4rl_status fp4rl_quantize(fp4rl_tensor **out, fp4rl_context *ctx, const fp4rl_tensor *src, fp4rl_dtype format,
@@ -15,8 +16,8 @@ fp4rl_status fp4rl_quantize(fp4rl_tensor **out, fp4rl_context *ctx, const fp4rl_
     if (src->dtype != FP4RL_DTYPE_F32 && src->dtype != FP4RL_DTYPE_BF16)
         return fp4rl_fail(FP4RL_ERR_DTYPE, "%s: src is %s; quantize takes f32 or bf16", fn, fp4rl_dtype_name(src->dtype));
     if (!fp4rl_dtype_is_quantized(format))
-        return fp4rl_fail(FP4RL_ERR_DTYPE, "%s: format %s (%d) is not a quantized format (mxfp4, nvfp4, hif4, mxfp8_e4m3)", fn,
-                          fp4rl_dtype_name(format), (int)format);
+        return fp4rl_fail(FP4RL_ERR_DTYPE, "%s: format %s (%d) is not a quantized format (%s)", fn,
+                          fp4rl_dtype_name(format), (int)format, fp4rl_format_list_str());
     fp4rl_qparams p;
     st = fp4rl_policy_resolve(policy, format, role, ctx, &p, fn);
     if (st) return st;

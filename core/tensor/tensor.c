@@ -252,7 +252,8 @@ fp4rl_status fp4rl_tensor_import_quantized(fp4rl_tensor **out, fp4rl_context *ct
     fp4rl_status st = fp4rl_check_ctx(ctx, fn);
     if (st) return st;
     if (!fp4rl_dtype_is_quantized(dtype))
-        return fp4rl_fail(FP4RL_ERR_DTYPE, "%s: %s is not a quantized dtype (mxfp4, nvfp4, hif4, mxfp8_e4m3)", fn, fp4rl_dtype_name(dtype));
+        return fp4rl_fail(FP4RL_ERR_DTYPE, "%s: %s is not a quantized dtype (%s)", fn, fp4rl_dtype_name(dtype),
+                          fp4rl_format_list_str());
     const fp4rl_format_traits ft = fp4rl_format_of(dtype);
     char tiles[32];
     if (!fp4rl_format_tile_ok(dtype, tile))

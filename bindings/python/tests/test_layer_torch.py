@@ -40,3 +40,28 @@ def test_torch_fp4_equals_the_c_layer(ctx):
     assert np.array_equal(xt.grad.numpy(), want[1])
     assert np.array_equal(lin.weight.grad.numpy(), want[2])
     assert np.array_equal(lin.bias.grad.numpy(), want[3])
+
+
+@pytest.mark.gpu
+def test_torch_cuda_equals_the_cpu():
+    """The same layer on a CUDA tensor, on torch's stream: forward and all three gradients match the
+    CPU's (HiF4 RL recipe, stochastic rounding from the same stream). The quantized operands are the
+    same bits; only the GEMMs' FP32 summation order differs (cuBLASLt vs OpenBLAS)."""
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    x, w, b, dy = data(6)
+    pol = fp4rl.QuantPolicy("hif4_rl", seed=321)
+    out = {}
+    for dev in ("cpu", "cuda"):
+        lin = ftorch.Linear(IN, OUT, policy=pol, device=dev)
+        with torch.no_grad():
+            lin.weight.copy_(torch.tensor(w))
+            lin.bias.copy_(torch.tensor(b))
+        xt = torch.tensor(x, device=dev, requires_grad=True)
+        ctx = fp4rl._dlpack.default_context(*((2, 0) if dev == "cuda" else (1, 0)))
+        ctx.rng_offset = 17
+        y = lin(xt)
+        (y * torch.tensor(dy, device=dev)).sum().backward()
+        out[dev] = [t.detach().cpu().numpy() for t in (y, xt.grad, lin.weight.grad, lin.bias.grad)]
+    for got, want in zip(out["cuda"], out["cpu"]):
+        assert np.allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

@@ -143,20 +143,46 @@ class Model(_Owned):
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
         """Sets weights from {HF name: array} (float32, BF16 or torch tensors). Every name and shape
         is checked before anything is written, so a bad dict changes nothing; strict=True (as in
-        torch) also requires exactly this model's names."""
+        torch) also requires exactly this model's names. Torch tensors on the model's GPU are
+        copied device to device (BF16 widened exactly); everything else goes through the host."""
         names = self.param_names
         unknown = [k for k in state if k not in names]
         missing = [n for n in names if n not in state] if strict else []
         if unknown or missing:
             raise capi.InvalidArgumentError(f"load_state_dict: unknown names {unknown[:5]}, missing {missing[:5]}")
-        arrays = {}
+        on_device, arrays = {}, {}
         for k, v in state.items():
-            a = as_array(v, np.float32, k)
-            if a.shape != self.param_shape(k):
-                raise capi.ShapeError(f"load_state_dict: {k} has shape {a.shape}, the model's is {self.param_shape(k)}")
-            arrays[k] = a
+            if self._same_cuda_device(v):  # a torch CUDA tensor on the model's GPU: no host round trip
+                shape = tuple(v.shape)
+                if not v.is_floating_point():
+                    raise TypeError(f"load_state_dict: {k} must hold floats, not {v.dtype}")
+                on_device[k] = v
+            else:
+                arrays[k] = a = as_array(v, np.float32, k)
+                shape = a.shape
+            if shape != self.param_shape(k):
+                raise capi.ShapeError(f"load_state_dict: {k} has shape {shape}, the model's is {self.param_shape(k)}")
         for k, a in arrays.items():
             capi.fp4rl_model_set_param(self._h, k, a)
+        if on_device:
+            import torch
+
+            from . import _dlpack
+
+            # device-to-device copies by torch, on its current stream, into the master weights' own
+            # memory (DLPack views); the stream waits for the context's queued work first, and the
+            # context's later work waits for the copies (an event each way, no host sync)
+            s = _dlpack.stream_handle(torch.cuda.current_stream(self.ctx._dlpack_device()[1]))
+            self.ctx._order_before(s)
+            for k, v in on_device.items():
+                torch.from_dlpack(self.param_tensor(k)).copy_(v.detach())
+            self.ctx._order_before(s)
+
+    def _same_cuda_device(self, v) -> bool:
+        """Whether ``v`` is a torch tensor on this model's CUDA device."""
+        if self.ctx.device == "cpu" or not (hasattr(v, "is_cuda") and hasattr(v, "detach")):
+            return False
+        return bool(v.is_cuda) and v.device.index == self.ctx._dlpack_device()[1]
 
     # ---- hyper-parameters and sizes ----
     def set_hparams(self, **hparams) -> "Model":

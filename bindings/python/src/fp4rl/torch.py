@@ -32,12 +32,15 @@ def _context_for(t: torch.Tensor):
 class _LinearFn(torch.autograd.Function):
     @staticmethod
     def forward(fctx, x, weight, bias, module):
+        # detached: torch refuses to export a tensor that requires grad through DLPack (a
+        # Parameter passes .contiguous() unchanged); the Function itself owns the autograd edge
         shape = x.shape
-        x2 = x.reshape(-1, shape[-1]).contiguous()
-        w = weight.contiguous()
+        x2 = x.detach().reshape(-1, shape[-1]).contiguous()
+        w = weight.detach().contiguous()
+        bias = bias.detach().contiguous() if bias is not None else None
         layer = module._layer_for(x2)
         y = torch.empty(x2.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
-        layer.forward(y, x2, w, bias.contiguous() if bias is not None else None)
+        layer.forward(y, x2, w, bias)
         module._forwards += 1
         fctx.save_for_backward(x2, w, bias)
         fctx.module, fctx.shape, fctx.forward_id = module, shape, module._forwards
@@ -52,8 +55,7 @@ class _LinearFn(torch.autograd.Function):
             # the layer was called again since this forward (re-use, checkpointing): restore this
             # forward's saved operands by running it again (the same bits under nearest rounding;
             # stochastic rounding draws afresh)
-            layer.forward(torch.empty(x2.shape[0], w.shape[0], dtype=torch.float32, device=x2.device), x2, w,
-                          bias.contiguous() if bias is not None else None)
+            layer.forward(torch.empty(x2.shape[0], w.shape[0], dtype=torch.float32, device=x2.device), x2, w, bias)
             module._forwards += 1
         gy2 = gy.reshape(-1, gy.shape[-1]).to(torch.float32).contiguous()
         need_x, need_w, need_b = fctx.needs_input_grad[:3]
