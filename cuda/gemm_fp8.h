@@ -14,8 +14,9 @@
  *
  * Kernels: `ref`, one output a thread on the CUDA cores doing exactly this math (unit partials
  * promoted in K order), taken under FP4RL_FP8_GEMM=ref; `tc`, warp-level mma.sync m16n8k32
- * E4M3 (sm_89+), 128 x 128 CTA tiles, the same per-unit partials and promotions, taken by
- * default (unset or "1") where fp4rl_cuda_fp8_tc_ok holds; "0" keeps the old BF16 path.
+ * E4M3 (sm_89+), 128 x 128 CTA tiles, the same per-unit partials and promotions, taken under
+ * FP4RL_FP8_GEMM=1 where fp4rl_cuda_fp8_tc_ok holds. Unset (the default) keeps the old BF16 path:
+ * the tensor-core kernel is exact but slower than it on the H200 (bench/RESULTS.md, session 11).
  */
 #ifndef FP4RL_CUDA_GEMM_FP8_H
 #define FP4RL_CUDA_GEMM_FP8_H
