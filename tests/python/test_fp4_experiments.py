@@ -231,3 +231,68 @@ def test_matrix_end_to_end(tmp_path, capsys):
     assert [os.path.getmtime(r / "summary.json") for r in runs] == mtimes
     with pytest.raises(SystemExit):
         fm.main(["rl", "--out", str(out), *MATRIX_ARGS, "--lr", "1e-3"])
+
+
+def test_lr_sweep_chooses_best_gain_and_shares_warmups(tmp_path):
+    out = tmp_path / "sweep"
+    args = [a for a in MATRIX_ARGS]
+    i = args.index("--recipes")
+    del args[i:i + 2]
+    i = args.index("--formats")
+    del args[i:i + 2]
+    best = fm.run_lr_sweep(parsed("run_lr_sweep", ["lr-sweep", "--out", str(out), *args, "--lrs", "1e-4,1e-3"]), log=lambda s: None)
+    gains = {}
+    for lr in ("0.0001", "0.001"):
+        runs = sorted((out / f"lr_{lr}" / "runs").iterdir())
+        assert [r.name for r in runs] == ["any_bf16-bf16_s1", "any_bf16-bf16_s2"]
+        ss = [json.loads((r / "summary.json").read_text()) for r in runs]
+        assert all(s["session_hparams"]["lr"] == float(lr) for s in ss)
+        gains[float(lr)] = np.mean([s["acc_gain"] for s in ss])
+    # the rule: the highest mean gain (the first on a tie)
+    assert best == max(gains, key=lambda k: (gains[k], -k))
+    assert json.loads((out / "chosen_lr.json").read_text())["lr"] == best
+    # one warm-up per seed, shared by both learning rates
+    assert len(list((out / "warmup").glob("*.safetensors"))) == 2
+    assert "(chosen)" in (out / "lr_sweep.md").read_text()
+
+
+def parsed(runner, argv):
+    """fp4_matrix's parsed arguments for argv: main with the mode's runner stubbed out."""
+    ns = {}
+    orig = getattr(fm, runner)
+    setattr(fm, runner, lambda a, log=None: ns.setdefault("a", a))
+    try:
+        fm.main(argv)
+    finally:
+        setattr(fm, runner, orig)
+    return ns["a"]
+
+def test_disagreement_2d_is_zero_and_1d_scales_match_numpy(tmp_path):
+    ctx = fp4rl.Context("cpu")
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((96, 128)) * np.exp(rng.standard_normal((96, 1)))).astype(np.float32)
+    for fmt, tile in fm.DISAGREE_FORMATS.items():
+        d2 = fm.fwd_bwd_disagreement(ctx, w, fmt, tile)
+        assert d2["elem_diff_frac"] == 0.0 and d2["rel_diff"] == 0.0
+        d1 = fm.fwd_bwd_disagreement(ctx, w, fmt, 0)
+        assert d1["elem_diff_frac"] > 0.0 and d1["rel_diff"] > 0.0
+        assert 0.0 < d1["rel_err_fwd"] < 0.2 and 0.0 < d1["rel_err_bwd"] < 0.2
+    # MXFP4 1D, OCP floor: an element's E8M0 exponent is floor(log2(amax of its 32-block)) - 2,
+    # computed here independently along rows (forward) and columns (backward)
+    def exps(a):
+        amax = np.abs(a).reshape(a.shape[0], -1, 32).max(axis=2)
+        return np.repeat(np.floor(np.log2(amax)), 32, axis=1)
+    want = float(np.mean(exps(w) != exps(np.ascontiguousarray(w.T)).T))
+    assert fm.fwd_bwd_disagreement(ctx, w, "mxfp4", 0)["scale_diff_frac"] == pytest.approx(want, abs=1e-12)
+    assert 0.05 < want < 0.95
+    res = fm.run_disagreement(parsed("run_disagreement", ["disagreement", "--out", str(tmp_path), "--size", "tiny", "--at", "0,3",
+                                          "--seeds", "1", "--batch", "8"]), log=lambda s: None)
+    assert [r["step"] for r in res] == [0, 3]
+    for r in res:
+        for fmt in fm.DISAGREE_FORMATS:
+            assert r["by_format"][fmt]["2d"]["weights"]["elem_diff_frac"] == 0.0
+            assert r["by_format"][fmt]["1d"]["weights"]["elem_diff_frac"] > 0.0
+            assert r["by_format"][fmt]["1d"]["activations"]["elements"] == 64 * 20 * 64  # [64 held-out sequences * 20 tokens, hidden]
+    assert "| 3 | mxfp4 | weights | 1d |" in (tmp_path / "disagreement.md").read_text()
+    ctx.close()
+
