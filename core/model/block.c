@@ -1,6 +1,8 @@
 /*
- * block.c - one Qwen2 transformer block, forward and backward, against the op table; the linear
- * layers' numerics are core/model/model_linear.c's. See block.h for who owns which buffer.
+ * block.c - one Qwen2 transformer block against the op table: its forward's op sequence
+ * (fp4rl_block_steps, shared with the rollout), training's linears and attention for it
+ * (train_impl), and the backward; the linear layers' numerics are core/model/model_linear.c's.
+ * See block.h for who owns which buffer.
  */
 #include "model/block.h"
 

@@ -1,6 +1,7 @@
 /*
  * block.h - one Qwen2 transformer block, forward and backward (llm.c style: one pair per layer
- * kind), for the training pass over whole sequences (core/model/model_forward.c).
+ * kind), for the training pass over whole sequences (core/model/model_forward.c); its forward's
+ * steps are also the rollout's (core/rl/rollout.c).
  *
  * The block's op sequence (rmsnorm, q/k/v, rope, attention, o, residual, rmsnorm, gate/up,
  * swiglu, down, residual) is written once, fp4rl_block_steps, with how a linear and how the
