@@ -157,7 +157,8 @@ START_TEST(test_chunked_head_equals_unchunked)
         g[k] = malloc((size_t)m->total * sizeof(float));
         memcpy(g[k], m->g, (size_t)m->total * sizeof(float));
         fp4rl_context_set_seed(ctx, 9);
-        ck_assert_msg(fp4rl_model_run(m, tok, len, NULL, B, T, NULL, NULL, 1, &hloss[k], &hook, 0.7f, 1 << 30, "test") == FP4RL_OK,
+        ck_assert_msg(fp4rl_model_pass(m, &(fp4rl_pass){.tokens = tok, .lengths = len, .B = B, .T = T, .backward = 1, .loss = &hloss[k],
+                                                        .hook = &hook, .temperature = 0.7f, .micro_tokens = 1 << 30, .fn = "test"}) == FP4RL_OK,
                       "%s", fp4rl_last_error());
         hg[k] = malloc((size_t)m->total * sizeof(float));
         memcpy(hg[k], m->g, (size_t)m->total * sizeof(float));
@@ -219,7 +220,8 @@ START_TEST(test_microbatches_equal_one_pass)
             ck_assert_int_eq(fp4rl_context_memory(ctx, &use, &peak[k], &res), FP4RL_OK);
             g[k] = malloc((size_t)m->total * sizeof(float));
             memcpy(g[k], m->g, (size_t)m->total * sizeof(float));
-            ck_assert_msg(fp4rl_model_run(m, tok, len, NULL, B, T, NULL, NULL, 1, &hloss[k], &hook, 0.7f, micro[k], "test") == FP4RL_OK,
+            ck_assert_msg(fp4rl_model_pass(m, &(fp4rl_pass){.tokens = tok, .lengths = len, .B = B, .T = T, .backward = 1, .loss = &hloss[k],
+                                                            .hook = &hook, .temperature = 0.7f, .micro_tokens = micro[k], .fn = "test"}) == FP4RL_OK,
                           "%s", fp4rl_last_error());
             hg[k] = malloc((size_t)m->total * sizeof(float));
             memcpy(hg[k], m->g, (size_t)m->total * sizeof(float));

@@ -1,6 +1,8 @@
 /*
- * block.c - one Qwen2 transformer block, forward and backward, against the op table; the linear
- * layers' numerics are core/model/model_linear.c's. See block.h for who owns which buffer.
+ * block.c - one Qwen2 transformer block against the op table: its forward's op sequence
+ * (fp4rl_block_steps, shared with the rollout), training's linears and attention for it
+ * (train_impl), and the backward; the linear layers' numerics are core/model/model_linear.c's.
+ * See block.h for who owns which buffer.
  */
 #include "model/block.h"
 
@@ -14,16 +16,95 @@ fp4rl_att_numerics fp4rl_attention_numerics(const fp4rl_model *m, int rollout)
     return n == FP4RL_NUMERICS_FP32 ? FP4RL_ATT_FP32 : FP4RL_ATT_BF16;
 }
 
-fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_batch *bt, fp4rl_block_acts *A, float *x_in,
-                                 float *x_out)
+fp4rl_status fp4rl_block_steps(fp4rl_model *m, int64_t l, int64_t N, const int32_t *pos, const fp4rl_block_bufs *b,
+                               const fp4rl_block_impl *impl)
 {
     fp4rl_context *ctx = m->ctx;
     const fp4rl_ops *ops = m->ops;
     const fp4rl_hf_config *c = &m->cfg;
-    const int64_t N = bt->B * bt->T, C = c->hidden_size, I = c->intermediate_size;
+    const int64_t C = c->hidden_size, I = c->intermediate_size;
     const int64_t Hq = c->num_attention_heads, Hkv = c->num_key_value_heads, D = c->head_dim, QD = Hq * D, KD = Hkv * D;
     const float eps = (float)c->rms_norm_eps, theta = (float)c->rope_theta;
-    const fp4rl_linear_spec s_qk = fp4rl_block_linear_spec(m, 1, 0), s_blk = fp4rl_block_linear_spec(m, 0, 0);
+    void *u = impl->user;
+    fp4rl_status st;
+    TRY(ops->rmsnorm_forward(ctx, b->ln1, b->rstd1, b->x_in, W(l, FP4RL_LP_LN1), N, C, eps));
+    TRY(impl->linear(u, l, FP4RL_LIN_Q, b->q, b->ln1, C, QD, W(l, FP4RL_LP_Q_B)));
+    TRY(impl->linear(u, l, FP4RL_LIN_K, b->k, b->ln1, C, KD, W(l, FP4RL_LP_K_B)));
+    TRY(impl->linear(u, l, FP4RL_LIN_V, b->v, b->ln1, C, KD, W(l, FP4RL_LP_V_B)));
+    TRY(ops->rope_forward(ctx, b->q, b->q, pos, N, Hq, D, theta));
+    TRY(ops->rope_forward(ctx, b->k, b->k, pos, N, Hkv, D, theta));
+    TRY(impl->attention(u, l, b->att, b->q, b->k, b->v));
+    TRY(impl->linear(u, l, FP4RL_LIN_O, b->o, b->att, QD, C, NULL));
+    TRY(ops->residual_forward(ctx, b->x1, b->x_in, b->o, N * C));
+    TRY(ops->rmsnorm_forward(ctx, b->ln2, b->rstd2, b->x1, W(l, FP4RL_LP_LN2), N, C, eps));
+    TRY(impl->linear(u, l, FP4RL_LIN_GATE, b->gate, b->ln2, C, I, NULL));
+    TRY(impl->linear(u, l, FP4RL_LIN_UP, b->up, b->ln2, C, I, NULL));
+    TRY(ops->swiglu_forward(ctx, b->h, b->gate, b->up, N * I));
+    TRY(impl->linear(u, l, FP4RL_LIN_DOWN, b->o, b->h, I, C, NULL));
+    TRY(ops->residual_forward(ctx, b->x_out, b->x1, b->o, N * C));
+    return FP4RL_OK;
+}
+
+/* Training's linears and attention for fp4rl_block_steps: each linear saves its operands in A->sv
+ * (A->mem); q/k/v read one operand of ln1 and gate/up one of ln2 where the numerics allow, and an
+ * FP32 linear input the backward does not read (ln1, ln2, h: saved as their BF16 operands) dies
+ * after its last linear. */
+typedef struct train_impl {
+    fp4rl_model *m;
+    const fp4rl_block_batch *bt;
+    fp4rl_block_acts *A;
+    fp4rl_linear_spec s_qk, s_blk;
+    fp4rl_linear_saved ln1_op, ln2_op;
+    int share_k, share_v, share_up, keep_qk, keep_blk;
+} train_impl;
+
+static fp4rl_status train_linear(void *user, int64_t l, int which, float *y, float *x, int64_t IN, int64_t OUT,
+                                 const float *bias)
+{
+    train_impl *t = user;
+    fp4rl_model *m = t->m;
+    fp4rl_block_acts *A = t->A;
+    fp4rl_arena *a = &A->mem;
+    const fp4rl_linear_spec *s = which <= FP4RL_LIN_K ? &t->s_qk : &t->s_blk;
+    const fp4rl_linear_saved *reuse = which == FP4RL_LIN_K && t->share_k    ? &t->ln1_op
+                                      : which == FP4RL_LIN_V && t->share_v  ? &t->ln1_op
+                                      : which == FP4RL_LIN_UP && t->share_up ? &t->ln2_op
+                                                                              : NULL;
+    fp4rl_status st;
+    TRY(fp4rl_lin_forward(m, a, s, &A->sv[which], y, x, W(l, fp4rl_lin_weight(which)), bias, t->bt->B * t->bt->T, IN, OUT,
+                          reuse));
+    fp4rl_linear_saved *op = which == FP4RL_LIN_Q ? &t->ln1_op : which == FP4RL_LIN_GATE ? &t->ln2_op : NULL;
+    float **dies = which == FP4RL_LIN_V && !t->keep_qk && !t->keep_blk ? &A->ln1
+                   : which == FP4RL_LIN_UP && !t->keep_blk             ? &A->ln2
+                   : which == FP4RL_LIN_DOWN && !t->keep_blk           ? &A->h
+                                                                       : NULL;
+    if (op) { /* the operand its input's next readers share */
+        op->xb = A->sv[which].xb;
+        op->xbt = A->sv[which].xbt;
+    }
+    if (dies) {
+        fp4rl_arena_release(a, *dies);
+        *dies = NULL;
+    }
+    return FP4RL_OK;
+}
+
+static fp4rl_status train_attention(void *user, int64_t l, float *att, float *q, float *k, float *v)
+{
+    const train_impl *t = user;
+    const fp4rl_hf_config *c = &t->m->cfg;
+    const fp4rl_block_batch *bt = t->bt;
+    (void)l;
+    return t->m->ops->attention_forward(t->m->ctx, att, t->A->lse, q, k, v, bt->len, bt->B, bt->T, c->num_attention_heads,
+                                        c->num_key_value_heads, c->head_dim, fp4rl_attention_numerics(t->m, 0));
+}
+
+fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_batch *bt, fp4rl_block_acts *A, float *x_in,
+                                 float *x_out)
+{
+    const fp4rl_hf_config *c = &m->cfg;
+    const int64_t N = bt->B * bt->T, C = c->hidden_size, I = c->intermediate_size;
+    const int64_t Hq = c->num_attention_heads, QD = Hq * c->head_dim, KD = c->num_key_value_heads * c->head_dim;
     fp4rl_arena *a = &A->mem;
     fp4rl_status st;
     A->x_in = x_in;
@@ -35,47 +116,16 @@ fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_ba
     A->x_out = x_out ? x_out : fp4rl_arena_f32(a, N * C);
     float *o = fp4rl_arena_f32(a, N * C); /* temporary: o, then the down projection */
     if (a->st) return a->st;
-    TRY(ops->rmsnorm_forward(ctx, A->ln1, A->rstd1, x_in, W(l, FP4RL_LP_LN1), N, C, eps));
-    /* q/k/v read one operand of ln1 and gate/up one of ln2 where the numerics allow */
-    fp4rl_linear_saved ln1_op = {0}, ln2_op = {0};
-    const int share_k = fp4rl_linear_same_activation(m, &s_qk, &s_qk), share_v = fp4rl_linear_same_activation(m, &s_qk, &s_blk);
-    const int share_up = fp4rl_linear_same_activation(m, &s_blk, &s_blk);
-    TRY(fp4rl_lin_forward(m, a, &s_qk, &A->sv[FP4RL_LIN_Q], A->q, A->ln1, W(l, FP4RL_LP_Q_W), W(l, FP4RL_LP_Q_B), N, C, QD, NULL));
-    ln1_op.xb = A->sv[FP4RL_LIN_Q].xb;
-    ln1_op.xbt = A->sv[FP4RL_LIN_Q].xbt;
-    TRY(fp4rl_lin_forward(m, a, &s_qk, &A->sv[FP4RL_LIN_K], A->k, A->ln1, W(l, FP4RL_LP_K_W), W(l, FP4RL_LP_K_B), N, C, KD,
-                             share_k ? &ln1_op : NULL));
-    TRY(fp4rl_lin_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_V], A->v, A->ln1, W(l, FP4RL_LP_V_W), W(l, FP4RL_LP_V_B), N, C, KD,
-                             share_v ? &ln1_op : NULL));
-    /* an FP32 linear input the backward does not read dies here (saved: its BF16 operand) */
-    const int keep_qk = fp4rl_linear_reads_x(m, &s_qk), keep_blk = fp4rl_linear_reads_x(m, &s_blk);
-    if (!keep_qk && !keep_blk) {
-        fp4rl_arena_release(a, A->ln1);
-        A->ln1 = NULL;
-    }
-    TRY(ops->rope_forward(ctx, A->q, A->q, bt->pos, N, Hq, D, theta));
-    TRY(ops->rope_forward(ctx, A->k, A->k, bt->pos, N, Hkv, D, theta));
-    TRY(ops->attention_forward(ctx, A->att, A->lse, A->q, A->k, A->v, bt->len, bt->B, bt->T, Hq, Hkv, D,
-                                 fp4rl_attention_numerics(m, 0)));
-    TRY(fp4rl_lin_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_O], o, A->att, W(l, FP4RL_LP_O_W), NULL, N, QD, C, NULL));
-    TRY(ops->residual_forward(ctx, A->x1, x_in, o, N * C));
-    TRY(ops->rmsnorm_forward(ctx, A->ln2, A->rstd2, A->x1, W(l, FP4RL_LP_LN2), N, C, eps));
-    TRY(fp4rl_lin_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_GATE], A->gate, A->ln2, W(l, FP4RL_LP_GATE_W), NULL, N, C, I, NULL));
-    ln2_op.xb = A->sv[FP4RL_LIN_GATE].xb;
-    ln2_op.xbt = A->sv[FP4RL_LIN_GATE].xbt;
-    TRY(fp4rl_lin_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_UP], A->up, A->ln2, W(l, FP4RL_LP_UP_W), NULL, N, C, I,
-                             share_up ? &ln2_op : NULL));
-    if (!keep_blk) {
-        fp4rl_arena_release(a, A->ln2);
-        A->ln2 = NULL;
-    }
-    TRY(ops->swiglu_forward(ctx, A->h, A->gate, A->up, N * I));
-    TRY(fp4rl_lin_forward(m, a, &s_blk, &A->sv[FP4RL_LIN_DOWN], o, A->h, W(l, FP4RL_LP_DOWN_W), NULL, N, I, C, NULL));
-    if (!keep_blk) {
-        fp4rl_arena_release(a, A->h);
-        A->h = NULL;
-    }
-    TRY(ops->residual_forward(ctx, A->x_out, A->x1, o, N * C));
+    train_impl t = {.m = m, .bt = bt, .A = A, .s_qk = fp4rl_block_linear_spec(m, 1, 0), .s_blk = fp4rl_block_linear_spec(m, 0, 0)};
+    t.share_k = fp4rl_linear_same_activation(m, &t.s_qk, &t.s_qk);
+    t.share_v = fp4rl_linear_same_activation(m, &t.s_qk, &t.s_blk);
+    t.share_up = fp4rl_linear_same_activation(m, &t.s_blk, &t.s_blk);
+    t.keep_qk = fp4rl_linear_reads_x(m, &t.s_qk);
+    t.keep_blk = fp4rl_linear_reads_x(m, &t.s_blk);
+    const fp4rl_block_bufs b = {.x_in = x_in, .ln1 = A->ln1, .rstd1 = A->rstd1, .q = A->q, .k = A->k, .v = A->v,
+                                .att = A->att, .o = o, .x1 = A->x1, .ln2 = A->ln2, .rstd2 = A->rstd2, .gate = A->gate,
+                                .up = A->up, .h = A->h, .x_out = A->x_out};
+    TRY(fp4rl_block_steps(m, l, N, bt->pos, &b, &(fp4rl_block_impl){train_linear, train_attention, &t}));
     fp4rl_arena_release(a, o);
     return FP4RL_OK;
 }

@@ -425,8 +425,10 @@ fp4rl_status fp4rl_model_compute_gradients(fp4rl_model *m, const int32_t *tokens
 {
     const char *fn = "fp4rl_model_compute_gradients";
     fp4rl_status st = check_model(m, fn);
-    return st ? st : fp4rl_model_run(m, tokens, lengths, loss_mask, B, T, NULL, NULL, 1, loss, NULL, 1.0f,
-                                            (int64_t)m->hp[FP4RL_MP_MICROBATCH_TOKENS], fn);
+    return st ? st
+              : fp4rl_model_pass(m, &(fp4rl_pass){.tokens = tokens, .lengths = lengths, .loss_mask = loss_mask, .B = B, .T = T,
+                                                  .backward = 1, .loss = loss,
+                                                  .micro_tokens = (int64_t)m->hp[FP4RL_MP_MICROBATCH_TOKENS], .fn = fn});
 }
 
 fp4rl_status fp4rl_model_update(fp4rl_model *m, double lr, double weight_decay, double clip, double *grad_norm)
@@ -476,8 +478,10 @@ fp4rl_status fp4rl_model_train_step(fp4rl_model *m, const int32_t *tokens, const
     const char *fn = "fp4rl_model_train_step";
     fp4rl_status st = check_model(m, fn);
     double l = 0;
-    if (!st) st = fp4rl_model_run(m, tokens, lengths, loss_mask, B, T, NULL, NULL, 1, &l, NULL, 1.0f,
-                                     (int64_t)m->hp[FP4RL_MP_MICROBATCH_TOKENS], fn);
+    if (!st)
+        st = fp4rl_model_pass(m, &(fp4rl_pass){.tokens = tokens, .lengths = lengths, .loss_mask = loss_mask, .B = B, .T = T,
+                                               .backward = 1, .loss = &l,
+                                               .micro_tokens = (int64_t)m->hp[FP4RL_MP_MICROBATCH_TOKENS], .fn = fn});
     if (!st && !isfinite(l))
         st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the loss is %g, not finite; the update was not applied", fn, l);
     if (!st) st = fp4rl_model_update(m, m->hp[FP4RL_MP_LR], m->hp[FP4RL_MP_WEIGHT_DECAY], m->hp[FP4RL_MP_GRAD_CLIP], grad_norm);

@@ -165,20 +165,6 @@ typedef struct fp4rl_loss_hook {
     void *user;
 } fp4rl_loss_hook;
 
-/* core/model/model_forward.c: the forward pass over a batch, and optionally the backward pass of a loss,
- * in micro-batches of whole sequences of about micro_tokens tokens (0 = sized from the memory the
- * context can still allocate; see FP4RL_MP_MICROBATCH_TOKENS).
- * logits_out (host, [B, T, V]) and logprobs_out (host, [B, T]) are optional. With `backward` the
- * gradients are zeroed and then accumulated over the micro-batches and *loss is set; the loss is
- * the masked next-token cross-entropy normalised over the whole batch, or the hook's when hook is
- * not NULL. Logits are divided by `temperature` before log-probs and the loss (1 = none; the
- * logits output is never scaled). */
-FP4RL_HIDDEN fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths,
-                                          const float *loss_mask, int64_t B, int64_t T, float *logits_out,
-                                          float *logprobs_out, int backward, double *loss,
-                                          const fp4rl_loss_hook *hook, float temperature, int64_t micro_tokens,
-                                          const char *fn);
-
 /* The rollout's truncation of the sampling distribution, replayed on the log-probs of a pass
  * (FP4RL_RL_TOP_P): with 0 < top_p < 1 each target's log-prob is log(p_t / sum_{i in S} p_i), S
  * the nucleus of the pass's own softmax(logits / temperature) (restricted to the top_k largest
@@ -188,12 +174,33 @@ typedef struct fp4rl_truncation {
     int64_t top_k;
     double top_p;
 } fp4rl_truncation;
-/* fp4rl_model_run with the log-probs (logprobs_out and the hook's) under `trunc` (NULL = none). */
-FP4RL_HIDDEN fp4rl_status fp4rl_model_run_truncated(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths,
-                                                    const float *loss_mask, int64_t B, int64_t T, float *logits_out,
-                                                    float *logprobs_out, int backward, double *loss,
-                                                    const fp4rl_loss_hook *hook, float temperature,
-                                                    const fp4rl_truncation *trunc, int64_t micro_tokens, const char *fn);
+
+/* One pass of core/model/model_forward.c (fp4rl_model_pass), set with designated initialisers
+ * (what is left out is 0 / NULL): tokens [B, T] with lengths [B] (NULL: all T) and loss_mask
+ * [B, T] (NULL: every target). logits_out (host, [B, T, V]) and logprobs_out (host, [B, T]) are
+ * optional. With `backward` the gradients are zeroed and then accumulated over the micro-batches
+ * and *loss (optional) is set; the loss is the masked next-token cross-entropy normalised over the
+ * whole batch, or the hook's when hook is not NULL. Logits are divided by `temperature` before
+ * log-probs and the loss (0 or 1 = none; the logits output is never scaled); log-probs (logprobs_out
+ * and the hook's) under `trunc` (NULL = none). Micro-batches of whole sequences of about
+ * micro_tokens tokens (0 = sized from the memory the context can still allocate; see
+ * FP4RL_MP_MICROBATCH_TOKENS). fn: the caller's name in error messages. */
+typedef struct fp4rl_pass {
+    const int32_t *tokens, *lengths;
+    const float *loss_mask;
+    int64_t B, T;
+    float *logits_out, *logprobs_out;
+    int backward;
+    double *loss;
+    const fp4rl_loss_hook *hook;
+    float temperature;
+    const fp4rl_truncation *trunc;
+    int64_t micro_tokens;
+    const char *fn;
+} fp4rl_pass;
+/* core/model/model_forward.c: the forward pass over a batch, and optionally the backward pass of a
+ * loss (fp4rl_pass). */
+FP4RL_HIDDEN fp4rl_status fp4rl_model_pass(fp4rl_model *m, const fp4rl_pass *p);
 
 /* core/model/model.c: clip the gradients' global norm (clip > 0), one AdamW step on all parameters
  * with the model's betas and eps, step + 1. *grad_norm gets the norm before clipping. */
@@ -219,7 +226,7 @@ FP4RL_HIDDEN fp4rl_status fp4rl_model_reset_optimizer(fp4rl_model *m);
  * caller frees it with ctx->be->free). *out is set as soon as it is allocated, even when the
  * copy then fails. */
 FP4RL_HIDDEN fp4rl_status fp4rl_model_copy_weights(const fp4rl_model *m, float **out);
-/* fp4rl_model_run's forward (log-probs only, no backward) on the weights ref_w, a buffer from
+/* fp4rl_model_pass's forward (log-probs only, no backward) on the weights ref_w, a buffer from
  * fp4rl_model_copy_weights, instead of the model's own, which stay as they are; log-probs under
  * `trunc` (NULL = none). */
 FP4RL_HIDDEN fp4rl_status fp4rl_model_ref_logprobs(fp4rl_model *m, float *ref_w, const int32_t *tokens,

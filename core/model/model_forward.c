@@ -107,14 +107,20 @@ static double chunk_share(const float *mask, int64_t N, int64_t R, int64_t k, do
     return mask_total > 0 ? part / mask_total : 0;
 }
 
-/* One pass over the micro-batch of sequences [b0, b0 + B) of a batch: its gradients are added to
- * m->g and its loss to *loss. mask_total is the whole batch's count of loss targets (the
+/* One pass over the micro-batch p (sequences [b0, b0 + p->B) of a batch): its gradients are added
+ * to m->g and its loss to *p->loss. mask_total is the whole batch's count of loss targets (the
  * cross-entropy's normaliser); whole: the micro-batch is the whole batch. */
-static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, const float *loss_mask,
-                              int64_t b0, int64_t B, int64_t T, float *logits_out, float *logprobs_out, int backward,
-                              double *loss, const fp4rl_loss_hook *hook, float temperature, const fp4rl_truncation *trunc,
-                              double mask_total, int whole, int recompute, const char *fn)
+static fp4rl_status run_micro(fp4rl_model *m, const fp4rl_pass *p, int64_t b0, double mask_total, int whole, int recompute)
 {
+    const int32_t *tokens = p->tokens, *lengths = p->lengths;
+    const float *loss_mask = p->loss_mask;
+    const int64_t B = p->B, T = p->T;
+    float *logits_out = p->logits_out, *logprobs_out = p->logprobs_out;
+    const int backward = p->backward;
+    const fp4rl_loss_hook *hook = p->hook;
+    const float temperature = p->temperature == 0 ? 1.0f : p->temperature;
+    const fp4rl_truncation *trunc = p->trunc;
+    const char *fn = p->fn;
     fp4rl_status st = FP4RL_OK;
     fp4rl_context *ctx = m->ctx;
     const fp4rl_ops *ops = m->ops;
@@ -333,7 +339,7 @@ static fp4rl_status run_micro(fp4rl_model *m, const int32_t *tokens, const int32
     if (!st) st = ops->embedding_backward(ctx, fp4rl_model_g(m, fp4rl_model_p_embed()), dres, d_tok, N, V, C);
     fp4rl_arena_free(&grads[0]);
     fp4rl_arena_free(&grads[1]);
-    if (!st && loss) *loss += lh;
+    if (!st && p->loss) *p->loss += lh;
 #undef TRY
     goto done;
 arena_fail:
@@ -395,39 +401,35 @@ static int64_t micro_seqs(const fp4rl_model *m, int64_t B, int64_t T, int backwa
     return seqs < 1 ? 1 : seqs > B ? B : seqs;
 }
 
-fp4rl_status fp4rl_model_run_truncated(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, const float *loss_mask,
-                                       int64_t B, int64_t T, float *logits_out, float *logprobs_out, int backward, double *loss,
-                                       const fp4rl_loss_hook *hook, float temperature, const fp4rl_truncation *trunc,
-                                       int64_t micro_tokens, const char *fn)
+fp4rl_status fp4rl_model_pass(fp4rl_model *m, const fp4rl_pass *p)
 {
-    fp4rl_status st = check_batch(m, tokens, lengths, B, T, fn);
+    const int64_t B = p->B, T = p->T;
+    fp4rl_status st = check_batch(m, p->tokens, p->lengths, B, T, p->fn);
     if (st) return st;
     double mask_total = 0; /* the loss normaliser of the whole batch */
     for (int64_t b = 0; b < B; b++) {
-        const int64_t len = lengths ? lengths[b] : T;
-        for (int64_t t = 1; t < len; t++) mask_total += loss_mask ? loss_mask[b * T + t] : 1.0f;
+        const int64_t len = p->lengths ? p->lengths[b] : T;
+        for (int64_t t = 1; t < len; t++) mask_total += p->loss_mask ? p->loss_mask[b * T + t] : 1.0f;
     }
-    if (backward && ((st = fp4rl_model_grads(m)) || (st = m->ctx->be->memset0(m->ctx, m->g, (size_t)m->total * sizeof(float)))))
+    if (p->backward &&
+        ((st = fp4rl_model_grads(m)) || (st = m->ctx->be->memset0(m->ctx, m->g, (size_t)m->total * sizeof(float)))))
         return st;
-    int recompute = backward && m->hp[FP4RL_MP_RECOMPUTE] != 0;
-    const int64_t mb = micro_seqs(m, B, T, backward, micro_tokens, &recompute);
+    int recompute = p->backward && m->hp[FP4RL_MP_RECOMPUTE] != 0;
+    const int64_t mb = micro_seqs(m, B, T, p->backward, p->micro_tokens, &recompute);
     double lsum = 0;
     for (int64_t b0 = 0; !st && b0 < B; b0 += mb) {
-        const int64_t nb = B - b0 < mb ? B - b0 : mb;
-        st = run_micro(m, tokens + b0 * T, lengths ? lengths + b0 : NULL, loss_mask ? loss_mask + b0 * T : NULL, b0, nb, T,
-                       logits_out ? logits_out + b0 * T * m->cfg.vocab_size : NULL, logprobs_out ? logprobs_out + b0 * T : NULL,
-                       backward, &lsum, hook, temperature, trunc, mask_total, nb == B, recompute, fn);
+        fp4rl_pass mp = *p; /* the micro-batch's sequences */
+        mp.B = B - b0 < mb ? B - b0 : mb;
+        mp.tokens += b0 * T;
+        if (mp.lengths) mp.lengths += b0;
+        if (mp.loss_mask) mp.loss_mask += b0 * T;
+        if (mp.logits_out) mp.logits_out += b0 * T * m->cfg.vocab_size;
+        if (mp.logprobs_out) mp.logprobs_out += b0 * T;
+        mp.loss = &lsum;
+        st = run_micro(m, &mp, b0, mask_total, mp.B == B, recompute);
     }
-    if (!st && loss) *loss = lsum;
+    if (!st && p->loss) *p->loss = lsum;
     return st;
-}
-
-fp4rl_status fp4rl_model_run(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, const float *loss_mask,
-                             int64_t B, int64_t T, float *logits_out, float *logprobs_out, int backward, double *loss,
-                             const fp4rl_loss_hook *hook, float temperature, int64_t micro_tokens, const char *fn)
-{
-    return fp4rl_model_run_truncated(m, tokens, lengths, loss_mask, B, T, logits_out, logprobs_out, backward, loss, hook,
-                                     temperature, NULL, micro_tokens, fn);
 }
 
 fp4rl_status fp4rl_model_logits(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, int64_t B, int64_t T,
@@ -441,8 +443,8 @@ fp4rl_status fp4rl_model_logits(fp4rl_model *m, const int32_t *tokens, const int
     if (B >= 1 && T >= 1 && bytes / sizeof(float) / (size_t)m->cfg.vocab_size / (size_t)T < (size_t)B)
         return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: logits holds %zu bytes; [%lld, %lld, %lld] floats need more", fn, bytes,
                           (long long)B, (long long)T, (long long)m->cfg.vocab_size);
-    return fp4rl_model_run(m, tokens, lengths, NULL, B, T, logits, NULL, 0, NULL, NULL, 1.0f,
-                           (int64_t)m->hp[FP4RL_MP_MICROBATCH_TOKENS], fn);
+    return fp4rl_model_pass(m, &(fp4rl_pass){.tokens = tokens, .lengths = lengths, .B = B, .T = T, .logits_out = logits,
+                                             .micro_tokens = (int64_t)m->hp[FP4RL_MP_MICROBATCH_TOKENS], .fn = fn});
 }
 
 fp4rl_status fp4rl_model_token_logprobs(fp4rl_model *m, const int32_t *tokens, const int32_t *lengths, int64_t B,
@@ -456,6 +458,6 @@ fp4rl_status fp4rl_model_token_logprobs(fp4rl_model *m, const int32_t *tokens, c
     if (B >= 1 && T >= 1 && bytes / sizeof(float) / (size_t)T < (size_t)B)
         return fp4rl_fail(FP4RL_ERR_SHAPE, "%s: logprobs holds %zu bytes; [%lld, %lld] floats need more", fn, bytes,
                           (long long)B, (long long)T);
-    return fp4rl_model_run(m, tokens, lengths, NULL, B, T, NULL, logprobs, 0, NULL, NULL, 1.0f,
-                           (int64_t)m->hp[FP4RL_MP_MICROBATCH_TOKENS], fn);
+    return fp4rl_model_pass(m, &(fp4rl_pass){.tokens = tokens, .lengths = lengths, .B = B, .T = T, .logprobs_out = logprobs,
+                                             .micro_tokens = (int64_t)m->hp[FP4RL_MP_MICROBATCH_TOKENS], .fn = fn});
 }

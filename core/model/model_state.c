@@ -48,8 +48,9 @@ fp4rl_status fp4rl_model_ref_logprobs(fp4rl_model *m, float *ref_w, const int32_
     /* every pass reads m->w, so the reference stands in for it for this one forward */
     float *live = m->w;
     m->w = ref_w;
-    fp4rl_status st = fp4rl_model_run_truncated(m, tokens, lengths, NULL, B, T, NULL, logprobs_out, 0, NULL, NULL,
-                                                temperature, trunc, micro_tokens, fn);
+    fp4rl_status st = fp4rl_model_pass(m, &(fp4rl_pass){.tokens = tokens, .lengths = lengths, .B = B, .T = T,
+                                                        .logprobs_out = logprobs_out, .temperature = temperature,
+                                                        .trunc = trunc, .micro_tokens = micro_tokens, .fn = fn});
     m->w = live;
     return st;
 }

@@ -16,6 +16,11 @@
  * ResQ masks ranked over the batch) the batch defines the numerics, and the engine runs exactly
  * that lockstep schedule instead: all sequences every step, prompts fed token by token.
  *
+ * Every forward (prefill or decode step) runs each block as fp4rl_block_steps (core/model/block.c),
+ * the training block's op sequence, with the rollout's linears (the fused path below, else
+ * fp4rl_rollout_linear) and attention over the KV cache (kv_store, then attention_rows) as its
+ * callbacks (rollout_impl).
+ *
  * The KV cache is BF16 when the rollout's attention numerics are (they round k and v to BF16
  * anyway), FP32 otherwise, and holds the rows actually needed: each prompt once plus
  * max_new - 1 rows per completion (lockstep: max prompt + max_new per sequence).
@@ -25,6 +30,7 @@
 #include <string.h>
 
 #include "format/qdq_block.h"
+#include "model/block.h"
 #include "rl/rollout.h"
 
 fp4rl_status fp4rl_rollout_linear(fp4rl_model *m, fp4rl_arena *a, const fp4rl_linear_spec *s, int resq, float *y,
@@ -141,9 +147,6 @@ void fp4rl_rollout_result_free(fp4rl_rollout_result *res)
     memset(res, 0, sizeof *res);
 }
 
-enum { R_Q, R_K, R_V, R_O, R_GATE, R_UP, R_DOWN, R_COUNT };
-static const int weight_of[R_COUNT] = {FP4RL_LP_Q_W, FP4RL_LP_K_W, FP4RL_LP_V_W, FP4RL_LP_O_W,
-                                       FP4RL_LP_GATE_W, FP4RL_LP_UP_W, FP4RL_LP_DOWN_W};
 enum { PREFILL_ROWS = 8192, PREFILL_SEQS = 1024 }; /* a prefill forward's rows and sampled sequences at most */
 
 static int is_stop(const fp4rl_rollout_cfg *cfg, int32_t tok)
@@ -176,13 +179,13 @@ typedef struct engine {
     fp4rl_att_numerics att_nm;
     float **wq, *whead;
     uint16_t **wb, *whead_b;
-    unsigned long long *counts64; /* fused path's underflow counts [L, R_COUNT, 2] */
+    unsigned long long *counts64; /* fused path's underflow counts [L, FP4RL_LIN_COUNT, 2] */
     float *counts;                /* generic path's */
     void **kc, **vc;              /* [L] caches of rows x Hkv * D */
     int64_t max_keys;             /* the most keys of any row: max prompt + max_new */
     int64_t pad_row;              /* the cache row of the rows that pad a decode step to its graph's bucket */
     int graphs;                   /* decode steps replayed as CUDA graphs */
-    float *pad_counts;            /* host: one pad row's counts (counts, then counts64), [2, L, R_COUNT, 2] */
+    float *pad_counts;            /* host: one pad row's counts (counts, then counts64), [2, L, FP4RL_LIN_COUNT, 2] */
     int64_t pad_rowsteps;         /* pad rows run, whose counts finish_counts takes off */
     fp4rl_arena keep;
 } engine;
@@ -223,26 +226,26 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
     const fp4rl_role X = FP4RL_ROLE_ACTIVATION;
     e->graphs = ctx->be->graph_begin && !m->rollout_eager && (e->f_qk.on || e->s_qk.mode[X] != FP4RL_NUMERICS_FP4) &&
                 (e->f_blk.on || e->s_blk.mode[X] != FP4RL_NUMERICS_FP4) && (e->f_head.on || e->s_head.mode[X] != FP4RL_NUMERICS_FP4);
-    e->wq = calloc((size_t)(L * R_COUNT + 1), sizeof(float *));
-    e->wb = calloc((size_t)(L * R_COUNT + 1), sizeof(uint16_t *));
+    e->wq = calloc((size_t)(L * FP4RL_LIN_COUNT + 1), sizeof(float *));
+    e->wb = calloc((size_t)(L * FP4RL_LIN_COUNT + 1), sizeof(uint16_t *));
     e->kc = calloc((size_t)L, sizeof(void *));
     e->vc = calloc((size_t)L, sizeof(void *));
     if (!e->wq || !e->wb || !e->kc || !e->vc) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
     fp4rl_arena *keep = &e->keep;
     fp4rl_status st = FP4RL_OK;
     for (int64_t l = 0; l < L && !st; l++)
-        for (int r = 0; r < R_COUNT && !st; r++) {
-            const fp4rl_param *p = &m->params[fp4rl_model_lp((int)l, weight_of[r])];
-            const fp4rl_linear_spec *s = r <= R_K ? &e->s_qk : &e->s_blk;
-            const fast_plan *f = r <= R_K ? &e->f_qk : &e->f_blk;
-            float *w = m->w + p->offset, **wq = &e->wq[l * R_COUNT + r];
+        for (int r = 0; r < FP4RL_LIN_COUNT && !st; r++) {
+            const fp4rl_param *p = &m->params[fp4rl_model_lp((int)l, fp4rl_lin_weight(r))];
+            const fp4rl_linear_spec *s = r <= FP4RL_LIN_K ? &e->s_qk : &e->s_blk;
+            const fast_plan *f = r <= FP4RL_LIN_K ? &e->f_qk : &e->f_blk;
+            float *w = m->w + p->offset, **wq = &e->wq[l * FP4RL_LIN_COUNT + r];
             *wq = w;
             if (s->mode[FP4RL_ROLE_WEIGHT] == FP4RL_NUMERICS_FP32) continue;
             fp4rl_arena tmp = {.ctx = ctx}, *wa = f->on ? &tmp : keep; /* the fused path keeps only BF16 */
             *wq = fp4rl_arena_f32(wa, p->numel);
             st = wa->st ? wa->st : fp4rl_linear_operand(m, wa, *wq, w, p->dims[0], p->dims[1], s, FP4RL_ROLE_WEIGHT, 0);
             if (!st && f->on) {
-                e->wb[l * R_COUNT + r] = fast_weight(m, keep, f, *wq, p->dims[0], p->dims[1]);
+                e->wb[l * FP4RL_LIN_COUNT + r] = fast_weight(m, keep, f, *wq, p->dims[0], p->dims[1]);
                 st = keep->st;
             }
             if (f->on) fp4rl_arena_free(&tmp);
@@ -258,10 +261,10 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
         st = keep->st;
     }
     if (st) return st;
-    e->counts64 = fp4rl_arena_alloc(keep, L * R_COUNT * 2, sizeof(unsigned long long));
-    e->counts = fp4rl_arena_zeros(keep, L * R_COUNT * 2);
+    e->counts64 = fp4rl_arena_alloc(keep, L * FP4RL_LIN_COUNT * 2, sizeof(unsigned long long));
+    e->counts = fp4rl_arena_zeros(keep, L * FP4RL_LIN_COUNT * 2);
     if (keep->st) return keep->st;
-    st = ctx->be->memset0(ctx, e->counts64, (size_t)(L * R_COUNT * 2) * sizeof(unsigned long long));
+    st = ctx->be->memset0(ctx, e->counts64, (size_t)(L * FP4RL_LIN_COUNT * 2) * sizeof(unsigned long long));
     const size_t elem = e->kv_bf16 ? sizeof(uint16_t) : sizeof(float);
     for (int64_t l = 0; l < L && !st; l++) {
         e->kc[l] = fp4rl_arena_alloc(keep, kv_rows * KD, elem);
@@ -307,9 +310,59 @@ static fp4rl_status rows_alloc(rows_batch *r, int64_t N, int64_t Nh)
     return FP4RL_OK;
 }
 
+/* The rollout's linears and attention for fp4rl_block_steps over a forward's N rows: a linear on
+ * the fused path (fast_linear) or the generic one (fp4rl_rollout_linear), each counting its
+ * activation's underflows; attention over the KV cache: the rows' k and v stored at cache rows
+ * kvrow, then attention_rows over the keys seg. */
+typedef struct rollout_impl {
+    engine *e;
+    fp4rl_arena *step;
+    int64_t N;
+    const int32_t *kvrow, *seg; /* device */
+    const uint16_t *xs;         /* the fused activation operand shared by q/k/v or gate/up, or NULL */
+} rollout_impl;
+
+static fp4rl_status rollout_block_linear(void *user, int64_t l, int which, float *y, float *x, int64_t IN, int64_t OUT,
+                                         const float *bias)
+{
+    rollout_impl *r = user;
+    const engine *e = r->e;
+    const int64_t i = l * FP4RL_LIN_COUNT + which;
+    const int qk = which <= FP4RL_LIN_K;
+    const fast_plan *f = qk ? &e->f_qk : &e->f_blk;
+    /* q, k, v read one input: one fused activation operand when their numerics agree; gate and up too */
+    const int shared = which == FP4RL_LIN_Q ? e->share_qkv : which == FP4RL_LIN_GATE ? e->f_blk.on : -1;
+    if (shared >= 0) {
+        r->xs = shared ? fast_act(e->m, r->step, f, x, r->N, IN, e->counts64 + i * 2) : NULL;
+        if (shared && !r->xs) return r->step->st;
+    }
+    const uint16_t *xs = which == FP4RL_LIN_O || which == FP4RL_LIN_DOWN ? NULL : r->xs;
+    if (f->on) return fast_linear(e->m, r->step, f, y, x, e->wb[i], bias, r->N, IN, OUT, e->counts64 + i * 2, xs);
+    return fp4rl_rollout_linear(e->m, r->step, qk ? &e->s_qk : &e->s_blk, e->resq, y, x, e->wq[i], bias, r->N, IN, OUT,
+                                e->counts + i * 2);
+}
+
+static fp4rl_status rollout_block_attention(void *user, int64_t l, float *att, float *q, float *k, float *v)
+{
+    const rollout_impl *r = user;
+    const engine *e = r->e;
+    fp4rl_context *ctx = e->m->ctx;
+    const fp4rl_ops *ops = e->m->ops;
+    const fp4rl_hf_config *c = &e->m->cfg;
+    const int64_t Hkv = c->num_key_value_heads, D = c->head_dim;
+    fp4rl_status st = ops->kv_store(ctx, e->kc[l], e->kv_bf16, k, r->kvrow, r->N, Hkv * D);
+    if (!st) st = ops->kv_store(ctx, e->vc[l], e->kv_bf16, v, r->kvrow, r->N, Hkv * D);
+    if (!st)
+        st = ops->attention_rows(ctx, att, q, e->kc[l], e->vc[l], e->kv_bf16, r->seg, r->N, e->max_keys, c->num_attention_heads,
+                                 Hkv, D, e->att_nm);
+    return st;
+}
+
 /* Enqueues the forward of a batch of rows (their arrays at d, device, rows_batch's packing) through
  * the rollout numerics and the sampling of its head rows into d_samp, d_slogp; buffers come from
- * `step`. Nothing in it waits for the host, so it can be recorded as a graph. */
+ * `step`. Each block is fp4rl_block_steps (core/model/block.c) in place on x with the rollout's
+ * linears and KV-cache attention. Nothing in it waits for the host, so it can be recorded as a
+ * graph. */
 static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_arena *step, int64_t N, int64_t Nh,
                                  int use_hidx, const int32_t *d, int32_t *d_samp, float *d_slogp)
 {
@@ -318,10 +371,8 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     const fp4rl_ops *ops = m->ops;
     const fp4rl_hf_config *c = &m->cfg;
     const int64_t C = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
-    const int64_t L = c->num_hidden_layers, Hq = c->num_attention_heads, Hkv = c->num_key_value_heads, D = c->head_dim;
-    const int64_t QD = Hq * D, KD = Hkv * D;
-    const float eps = (float)c->rms_norm_eps, theta = (float)c->rope_theta;
-    const int resq = e->resq;
+    const int64_t L = c->num_hidden_layers, QD = c->num_attention_heads * c->head_dim, KD = c->num_key_value_heads * c->head_dim;
+    const float eps = (float)c->rms_norm_eps;
     float *x = fp4rl_arena_f32(step, N * C), *ln = fp4rl_arena_f32(step, N * C), *rstd = fp4rl_arena_f32(step, N);
     float *q = fp4rl_arena_f32(step, N * QD), *k = fp4rl_arena_f32(step, N * KD), *v = fp4rl_arena_f32(step, N * KD);
     float *att = fp4rl_arena_f32(step, N * QD), *o = fp4rl_arena_f32(step, N * C), *x1 = fp4rl_arena_f32(step, N * C);
@@ -333,39 +384,12 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     const int32_t *d_tok = d, *d_pos = d + N, *d_kvrow = d + 2 * N, *d_seg = d + 3 * N, *d_hidx = d + 7 * N;
     const int32_t *d_steps = d_hidx + Nh, *d_seqs = d_steps + Nh;
 #define TRY(call) do { if ((st = (call)) != FP4RL_OK) return st; } while (0)
-#define W(l, k) fp4rl_model_w(m, fp4rl_model_lp((int)(l), k))
-/* xs: a fused activation operand shared with the previous linear on the same input, or NULL */
-#define LIN(s, r, y, xin, bias, IN, OUT, xs)                                                                          \
-    ((s) == &e->s_qk ? e->f_qk.on : e->f_blk.on)                                                                      \
-        ? fast_linear(m, step, (s) == &e->s_qk ? &e->f_qk : &e->f_blk, y, xin, e->wb[l * R_COUNT + (r)], bias, N, IN, \
-                      OUT, e->counts64 + (l * R_COUNT + (r)) * 2, xs)                                                   \
-        : fp4rl_rollout_linear(m, step, s, resq, y, xin, e->wq[l * R_COUNT + (r)], bias, N, IN, OUT,                  \
-                               e->counts + (l * R_COUNT + (r)) * 2)
+    rollout_impl r = {.e = e, .step = step, .N = N, .kvrow = d_kvrow, .seg = d_seg};
+    const fp4rl_block_impl impl = {rollout_block_linear, rollout_block_attention, &r};
+    const fp4rl_block_bufs b = {.x_in = x, .ln1 = ln, .rstd1 = rstd, .q = q, .k = k, .v = v, .att = att, .o = o, .x1 = x1,
+                                .ln2 = ln, .rstd2 = rstd, .gate = gate, .up = up, .h = h, .x_out = x};
     TRY(ops->embedding_forward(ctx, x, d_tok, fp4rl_model_w(m, fp4rl_model_p_embed()), N, V, C));
-    for (int64_t l = 0; l < L; l++) {
-        TRY(ops->rmsnorm_forward(ctx, ln, rstd, x, W(l, FP4RL_LP_LN1), N, C, eps));
-        /* q, k, v read one input: one fused activation operand when their numerics agree */
-        const uint16_t *xs = e->share_qkv ? fast_act(m, step, &e->f_qk, ln, N, C, e->counts64 + l * R_COUNT * 2) : NULL;
-        if (e->share_qkv && !xs) TRY(step->st);
-        TRY(LIN(&e->s_qk, R_Q, q, ln, W(l, FP4RL_LP_Q_B), C, QD, xs));
-        TRY(LIN(&e->s_qk, R_K, k, ln, W(l, FP4RL_LP_K_B), C, KD, xs));
-        TRY(LIN(&e->s_blk, R_V, v, ln, W(l, FP4RL_LP_V_B), C, KD, xs));
-        TRY(ops->rope_forward(ctx, q, q, d_pos, N, Hq, D, theta));
-        TRY(ops->rope_forward(ctx, k, k, d_pos, N, Hkv, D, theta));
-        TRY(ops->kv_store(ctx, e->kc[l], e->kv_bf16, k, d_kvrow, N, KD));
-        TRY(ops->kv_store(ctx, e->vc[l], e->kv_bf16, v, d_kvrow, N, KD));
-        TRY(ops->attention_rows(ctx, att, q, e->kc[l], e->vc[l], e->kv_bf16, d_seg, N, e->max_keys, Hq, Hkv, D, e->att_nm));
-        TRY(LIN(&e->s_blk, R_O, o, att, NULL, QD, C, NULL));
-        TRY(ops->residual_forward(ctx, x1, x, o, N * C));
-        TRY(ops->rmsnorm_forward(ctx, ln, rstd, x1, W(l, FP4RL_LP_LN2), N, C, eps));
-        xs = e->f_blk.on ? fast_act(m, step, &e->f_blk, ln, N, C, e->counts64 + (l * R_COUNT + R_GATE) * 2) : NULL;
-        if (e->f_blk.on && !xs) TRY(step->st);
-        TRY(LIN(&e->s_blk, R_GATE, gate, ln, NULL, C, I, xs));
-        TRY(LIN(&e->s_blk, R_UP, up, ln, NULL, C, I, xs));
-        TRY(ops->swiglu_forward(ctx, h, gate, up, N * I));
-        TRY(LIN(&e->s_blk, R_DOWN, o, h, NULL, I, C, NULL));
-        TRY(ops->residual_forward(ctx, x, x1, o, N * C));
-    }
+    for (int64_t l = 0; l < L; l++) TRY(fp4rl_block_steps(m, l, N, d_pos, &b, &impl));
     /* the head on the rows that sample (a prefill samples at each prompt's last row, once per
      * completion of its group) */
     if (use_hidx) TRY(ops->gather_rows(ctx, xh, x, d_hidx, Nh, C));
@@ -379,8 +403,6 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     TRY(ops->sample_rows(ctx, d_samp, d_slogp, logits, Nh, V, cfg->temperature, cfg->top_k, cfg->top_p, cfg->seed,
                          cfg->offset, cfg->row0, d_steps, d_seqs));
 #undef TRY
-#undef W
-#undef LIN
     return FP4RL_OK;
 }
 
@@ -500,7 +522,7 @@ static fp4rl_status decode_step(engine *e, const fp4rl_rollout_cfg *cfg, const r
 static fp4rl_status pad_measure(engine *e, const fp4rl_rollout_cfg *cfg)
 {
     fp4rl_context *ctx = e->m->ctx;
-    const int64_t n = e->m->cfg.num_hidden_layers * R_COUNT * 2;
+    const int64_t n = e->m->cfg.num_hidden_layers * FP4RL_LIN_COUNT * 2;
     int32_t tok;
     float lp;
     rows_batch rb;
@@ -635,7 +657,7 @@ static fp4rl_status run_batched(engine *e, const fp4rl_rollout_cfg *cfg, const i
 static fp4rl_status finish_counts(engine *e, fp4rl_rollout_result *res)
 {
     fp4rl_context *ctx = e->m->ctx;
-    const int64_t L = e->m->cfg.num_hidden_layers, n = L * R_COUNT * 2;
+    const int64_t L = e->m->cfg.num_hidden_layers, n = L * FP4RL_LIN_COUNT * 2;
     float *hc = calloc((size_t)n, sizeof(float));
     unsigned long long *h64 = calloc((size_t)n, sizeof(unsigned long long));
     fp4rl_status st = hc && h64 ? FP4RL_OK : fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
@@ -646,15 +668,15 @@ static fp4rl_status finish_counts(engine *e, fp4rl_rollout_result *res)
         h64[i] -= (unsigned long long)e->pad_rowsteps * (unsigned long long)e->pad_counts[n + i];
     }
     for (int64_t l = 0; !st && l < L; l++) { /* a shared operand was counted once: for each of its readers */
-        unsigned long long *c = h64 + l * R_COUNT * 2;
+        unsigned long long *c = h64 + l * FP4RL_LIN_COUNT * 2;
         for (int j = 0; j < 2; j++) {
-            if (e->share_qkv) c[R_K * 2 + j] = c[R_V * 2 + j] = c[R_Q * 2 + j];
-            if (e->f_blk.on) c[R_UP * 2 + j] = c[R_GATE * 2 + j];
+            if (e->share_qkv) c[FP4RL_LIN_K * 2 + j] = c[FP4RL_LIN_V * 2 + j] = c[FP4RL_LIN_Q * 2 + j];
+            if (e->f_blk.on) c[FP4RL_LIN_UP * 2 + j] = c[FP4RL_LIN_GATE * 2 + j];
         }
     }
     double sum = 0;
     int64_t layers = 0;
-    for (int64_t i = 0; !st && i < L * R_COUNT; i++) {
+    for (int64_t i = 0; !st && i < L * FP4RL_LIN_COUNT; i++) {
         const double all = (double)hc[2 * i] + (double)h64[2 * i], zero = (double)hc[2 * i + 1] + (double)h64[2 * i + 1];
         if (all > 0) { /* one path per linear: the other's counts are 0 */
             sum += zero / all;

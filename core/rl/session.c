@@ -543,7 +543,8 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
     const int64_t mbs = (int64_t)s->hp[FP4RL_RL_MINIBATCHES] < share ? (int64_t)s->hp[FP4RL_RL_MINIBATCHES] : share;
     const int old_from_pass = !s->separate_old_pass && s->hp[FP4RL_RL_EPOCHS] == 1 && mbs <= 1 && !fp4rl_model_forward_draws(m);
     if (!st && !old_from_pass)
-        st = fp4rl_model_run_truncated(m, tokens, lengths, NULL, n, T, NULL, logp_old, 0, NULL, NULL, temp, &trunc, micro, fn);
+        st = fp4rl_model_pass(m, &(fp4rl_pass){.tokens = tokens, .lengths = lengths, .B = n, .T = T, .logprobs_out = logp_old,
+                                               .temperature = temp, .trunc = &trunc, .micro_tokens = micro, .fn = fn});
     /* the KL reference: the weights at the first step with beta > 0, kept on the device */
     if (!st && logp_ref) {
         if (!s->ref_w) st = fp4rl_model_copy_weights(m, &s->ref_w); /* ref = w */
@@ -584,8 +585,9 @@ static fp4rl_status train_impl(fp4rl_rl_session *s, fp4rl_status st, const char 
             pc.nonempty = norm[1];
             const fp4rl_loss_hook hook = {pg_hook, &pc};
             double loss, gn = 0;
-            st = fp4rl_model_run_truncated(m, tokens + pc.seq0 * T, lengths + pc.seq0, NULL, pc.nseq, T, NULL, NULL, 1, &loss, &hook, temp,
-                                           &trunc, micro, fn);
+            st = fp4rl_model_pass(m, &(fp4rl_pass){.tokens = tokens + pc.seq0 * T, .lengths = lengths + pc.seq0, .B = pc.nseq, .T = T,
+                                                   .backward = 1, .loss = &loss, .hook = &hook, .temperature = temp,
+                                                   .trunc = &trunc, .micro_tokens = micro, .fn = fn});
             if (!st && !isfinite(loss))
                 st = fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: the policy loss of minibatch %lld is %g, not finite; its update was not applied", fn, (long long)b, loss);
             if ((st = fp4rl_dist_agree(ctx, st, entry))) {
