@@ -21,7 +21,10 @@ while [ $# -gt 0 ]; do
     python3 tests/fixtures/gen_hf5.py /tmp/qwen2_hf5 2>&1 | tail -3 &&
       tar czf "$OUT/qwen2_hf5.tgz" -C /tmp qwen2_hf5 && du -sh /tmp/qwen2_hf5/* ;;
   gpu)
-    for t in test_ops_parity test_parity test_rl_parity test_rollout_graphs test_dist test_model_memory test_pretrained test_model test_session; do
+    # every suite with a GPU part (those not packed are skipped)
+    for t in test_ops_parity test_parity test_rl_parity test_rollout_graphs test_rollout_fast test_dist test_model_memory \
+             test_pretrained test_model test_session test_top_p test_layer test_zero_copy_cuda test_moments test_matmul \
+             test_quantize test_decode_gemm test_fp8_gemm; do
       [ -x $bin/$t ] || continue
       (cd /tmp && timeout 240 $bin/$t) > "$OUT/$t.log" 2>&1
       echo "$t rc=$? $(grep -E '^[0-9]+%: Checks' "$OUT/$t.log" | tail -1)"
