@@ -6,8 +6,9 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/fp4rl && tar xJf .devrun/pkg.tar.xz -C /tmp/fp4rl
-# the test binaries name their fixtures by the build machine's source path
-[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+# the test binaries find their fixtures here, not at the build machine's source path
+repo=$PWD
+export FP4RL_FIXTURES=$repo/tests/fixtures
 lt=$(dirname "$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)")
 nccl=$(dirname "$(find / -name 'libnccl.so.2*' -not -path '/proc/*' 2>/dev/null | head -1)" 2>/dev/null)
 export LD_LIBRARY_PATH=/tmp/fp4rl/pkg/lib:$lt:${nccl:-}:${LD_LIBRARY_PATH:-}
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
       echo "$t rc=$? $(grep -E '^[0-9]+%: Checks' "$OUT/$t.log" | tail -1)"
     done ;;
   pretrained)
-    (cd /tmp && timeout 120 $bin/fp4rl_load_time /work/main/tests/fixtures/qwen2/gqa --cpu --save /tmp/fp4rl_saved) 2>&1 | tail -3
+    (cd /tmp && timeout 120 $bin/fp4rl_load_time $repo/tests/fixtures/qwen2/gqa --cpu --save /tmp/fp4rl_saved) 2>&1 | tail -3
     timeout 120 python3 tests/fixtures/check_saved_with_hf.py /tmp/fp4rl_saved 2>&1 | grep -v Warning | tail -2 ;;
   load3b) # a random Qwen2.5-3B saved by transformers in BF16 (sharded, as on the hub), loaded by fp4rl on the GPU
     timeout 200 python3 -c "

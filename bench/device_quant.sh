@@ -15,7 +15,7 @@ mkdir -p "$OUT" "$pkg" && tar xJf .devrun/pkg.tar.xz -C "$pkg" # fresh: a warm m
 lt=$(dirname "$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=$pkg/pkg/lib:$lt:${LD_LIBRARY_PATH:-}
 # test_ops_parity names its fixtures by the build machine's path; this tree's copy is the same
-export FP4RL_FIXTURES=$PWD/tests/fixtures/qwen2 OPENBLAS_NUM_THREADS=1
+export FP4RL_FIXTURES=$PWD/tests/fixtures OPENBLAS_NUM_THREADS=1
 bin=$pkg/pkg/bin
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 steps=("$@")

@@ -15,9 +15,7 @@
 #include "model/model.h"
 #include "io/safetensors.h"
 
-#ifndef FIXTURES
-#error "FIXTURES must name tests/fixtures/qwen2"
-#endif
+#include "fixtures_path.h"
 
 static char *read_text(const char *path)
 {
@@ -48,12 +46,12 @@ static fp4rl_quant_policy *policy_numerics(fp4rl_numerics n)
 static fp4rl_model *load_fixture(const char *name, const fp4rl_quant_policy *p)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/%s/config.json", FIXTURES, name);
+    FP4RL_FIXTURE(path, "qwen2/%s/config.json", name);
     char *cfg = read_text(path);
     fp4rl_model *m;
     ck_assert_msg(fp4rl_model_create(&m, ctx, cfg, p, 1) == FP4RL_OK, "%s", fp4rl_last_error());
     free(cfg);
-    snprintf(path, sizeof path, "%s/%s/model.safetensors", FIXTURES, name);
+    FP4RL_FIXTURE(path, "qwen2/%s/model.safetensors", name);
     ck_assert_msg(fp4rl_model_load(m, path) == FP4RL_OK, "%s", fp4rl_last_error());
     return m;
 }
@@ -74,7 +72,7 @@ static void check_hf_parity(const char *name)
     fp4rl_quant_policy *p = policy_numerics(FP4RL_NUMERICS_FP32);
     fp4rl_model *m = load_fixture(name, p);
     char path[512];
-    snprintf(path, sizeof path, "%s/%s/reference.safetensors", FIXTURES, name);
+    FP4RL_FIXTURE(path, "qwen2/%s/reference.safetensors", name);
     fp4rl_st *ref;
     ck_assert_int_eq(fp4rl_st_open_path(&ref, path), FP4RL_OK);
     const fp4rl_st_tensor *ids = fp4rl_st_find(ref, "input_ids"), *lens = fp4rl_st_find(ref, "lengths");
@@ -235,7 +233,9 @@ START_TEST(test_save_load_roundtrip)
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/w.safetensors", dir);
     ck_assert_msg(fp4rl_model_save(m, path, FP4RL_DTYPE_F32) == FP4RL_OK, "%s", fp4rl_last_error());
-    char *cfg = read_text(FIXTURES "/gqa/config.json");
+    char fx[600];
+    FP4RL_FIXTURE(fx, "qwen2/gqa/config.json");
+    char *cfg = read_text(fx);
     ck_assert_int_eq(fp4rl_model_create(&m2, ctx, cfg, p, 99), FP4RL_OK);
     ck_assert_int_eq(fp4rl_model_load(m2, path), FP4RL_OK);
     int32_t tok[5] = {1, 2, 3, 4, 5};
@@ -245,9 +245,11 @@ START_TEST(test_save_load_roundtrip)
     ck_assert_mem_eq(a, b, sizeof a);
     /* errors: missing file, the wrong model's file names the tensor, bad dtype, bad names */
     ck_assert_int_eq(fp4rl_model_load(m2, "/nonexistent/w.safetensors"), FP4RL_ERR_IO);
-    ck_assert_int_eq(fp4rl_model_load(m2, FIXTURES "/tied/model.safetensors"), FP4RL_ERR_CORRUPT);
+    FP4RL_FIXTURE(fx, "qwen2/tied/model.safetensors");
+    ck_assert_int_eq(fp4rl_model_load(m2, fx), FP4RL_ERR_CORRUPT);
     ck_assert_ptr_nonnull(strstr(fp4rl_last_error(), "model."));
-    ck_assert_int_eq(fp4rl_model_load(m2, FIXTURES "/gqa/config.json"), FP4RL_ERR_CORRUPT);
+    FP4RL_FIXTURE(fx, "qwen2/gqa/config.json");
+    ck_assert_int_eq(fp4rl_model_load(m2, fx), FP4RL_ERR_CORRUPT);
     fp4rl_model_logits(m2, tok, NULL, 1, 5, b, sizeof b); /* a failed load changes nothing */
     ck_assert_mem_eq(a, b, sizeof a);
     ck_assert_int_eq(fp4rl_model_save(m, path, FP4RL_DTYPE_HIF4), FP4RL_ERR_DTYPE);

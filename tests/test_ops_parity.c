@@ -20,9 +20,7 @@
 #include "backend/ops.h"
 #include "format/qdq_block.h"
 
-#ifndef FIXTURES
-#error "FIXTURES must name tests/fixtures/qwen2"
-#endif
+#include "fixtures_path.h"
 
 static fp4rl_context *gpu, *cpu;
 static const fp4rl_ops *G, *C;
@@ -661,11 +659,6 @@ START_TEST(test_rollout_fused_ops)
 END_TEST
 
 /* ---- end to end ---- */
-static const char *fixtures(void)
-{
-    const char *e = getenv("FP4RL_FIXTURES");
-    return e && *e ? e : FIXTURES;
-}
 static char *read_text(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -682,12 +675,12 @@ static char *read_text(const char *path)
 static fp4rl_model *load(fp4rl_context *c, const fp4rl_quant_policy *p)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/gqa/config.json", fixtures());
+    FP4RL_FIXTURE(path, "qwen2/gqa/config.json");
     char *cfg = read_text(path);
     fp4rl_model *m;
     ck_assert_msg(fp4rl_model_create(&m, c, cfg, p, 1) == FP4RL_OK, "%s", fp4rl_last_error());
     free(cfg);
-    snprintf(path, sizeof path, "%s/gqa/model.safetensors", fixtures());
+    FP4RL_FIXTURE(path, "qwen2/gqa/model.safetensors");
     ck_assert_msg(fp4rl_model_load(m, path) == FP4RL_OK, "%s", fp4rl_last_error());
     return m;
 }
@@ -698,7 +691,7 @@ START_TEST(test_model_fp32)
     ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_TRAIN_NUMERICS, FP4RL_NUMERICS_FP32), FP4RL_OK);
     { /* random init before the load: the GPU generates the CPU's bits (the host-thread path) */
         char path[1024];
-        snprintf(path, sizeof path, "%s/gqa/config.json", fixtures());
+        FP4RL_FIXTURE(path, "qwen2/gqa/config.json");
         char *cfg = read_text(path);
         fp4rl_model *rc, *rg;
         OKG(fp4rl_model_create(&rc, cpu, cfg, p, 99));

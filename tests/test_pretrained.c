@@ -19,9 +19,7 @@
 #include "check_run.h"
 #include "io/safetensors.h"
 
-#ifndef FIXTURES
-#error "FIXTURES must name tests/fixtures"
-#endif
+#include "fixtures_path.h"
 
 static fp4rl_context *ctx;
 static char tmp[256];
@@ -172,7 +170,7 @@ static void stop_tokens(fp4rl_model *m, int32_t *ids, size_t cap, size_t *n)
 static void check_fixture(const char *name, const int32_t *eos, size_t n_eos)
 {
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/%s", FIXTURES, name);
+    FP4RL_FIXTURE(dir, "%s", name);
     fp4rl_model *m;
     fp4rl_quant_policy *p;
     OK(fp4rl_quant_policy_create(&p));
@@ -213,7 +211,7 @@ START_TEST(test_hf5_fixtures)
     check_fixture("qwen2_hf5/sharded", eos, 2);
     struct stat sb;
     char p[512];
-    snprintf(p, sizeof p, "%s/qwen2_hf5/sharded/model.safetensors.index.json", FIXTURES);
+    FP4RL_FIXTURE(p, "qwen2_hf5/sharded/model.safetensors.index.json");
     ck_assert_int_eq(stat(p, &sb), 0);
 }
 END_TEST
@@ -222,7 +220,7 @@ END_TEST
 static const char *gqa(void)
 {
     static char d[512];
-    snprintf(d, sizeof d, "%s/qwen2/gqa", FIXTURES);
+    FP4RL_FIXTURE(d, "qwen2/gqa");
     return d;
 }
 
