@@ -468,7 +468,7 @@ LINEAR_SUFFIXES = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.we
 
 def _block_scales(q, fmt, rows, cols):
     """Per-element scale codes [rows, cols] of a 1D-quantized MX / NVFP4 tensor (None for HiF4,
-    whose scale word is hierarchical)."""
+    whose scale word is hierarchical); the block of the scale layout in fp4rl.h: 32 (MX), 16 (NVFP4)."""
     if fmt == "hif4":
         return None
     b = 32 if fmt.startswith("mx") else 16
@@ -480,22 +480,26 @@ def fwd_bwd_disagreement(ctx, w, fmt, tile):
     """How far the forward's and the backward's quantized copies of one tensor are apart. w [R, C]:
     the forward GEMM quantizes it in blocks along C (y = x w^T reduces over C), the backward's
     GEMM in blocks along R (dx = dy w reduces over R), i.e. Q(w^T)^T. With 2D tiles both are the
-    same bits; with 1D blocks elements get other scales. Nearest rounding, OCP-floor scales."""
+    same bits; with 1D blocks elements get other scales. Nearest rounding, OCP-floor scales.
+    scale_diff_frac: 1D MX / NVFP4, the elements whose block scale differs; 2D, the tiles' scale
+    codes of Q(w) against those of the library's transpose of Q(w^T); HiF4 1D: not measured."""
     pol = fp4rl.QuantPolicy(format_weight=fmt, tile_weight=tile)
     w = np.ascontiguousarray(w, dtype=np.float32)
     R, C = w.shape
     with ctx.quantize(w, fmt, pol, "weight") as qf, ctx.quantize(np.ascontiguousarray(w.T), fmt, pol, "weight") as qb:
         f, b = qf.numpy(), qb.numpy().T
-        sf = _block_scales(qf, fmt, R, C) if tile == 0 else None
-        sb = _block_scales(qb, fmt, C, R) if tile == 0 else None
+        if tile:
+            with ctx.transpose(qb) as qbt:
+                scale_diff = float(np.mean(qf.scales() != qbt.scales()))
+        else:
+            sf, sb = _block_scales(qf, fmt, R, C), _block_scales(qb, fmt, C, R)
+            scale_diff = float(np.mean(sf != sb.T)) if sf is not None else None
     nw = float(np.linalg.norm(w)) or 1.0
     out = {"elements": int(w.size), "elem_diff_frac": float(np.mean(f != b)),
            "rel_diff": float(np.linalg.norm(f - b)) / nw,
            "rel_err_fwd": float(np.linalg.norm(f - w)) / nw, "rel_err_bwd": float(np.linalg.norm(b - w)) / nw}
-    if sf is not None:
-        out["scale_diff_frac"] = float(np.mean(sf != sb.T))
-    elif tile:
-        out["scale_diff_frac"] = 0.0 if out["elem_diff_frac"] == 0 else float("nan")
+    if scale_diff is not None:
+        out["scale_diff_frac"] = scale_diff
     return out
 
 
@@ -506,11 +510,10 @@ def _weighted(rows):
     return {k: sum(r[k] * r["elements"] for r in rows) / n for k in keys}
 
 
-def measure_disagreement(ctx, model, config, act):
-    """{format: {"1d"/"2d": {"weights": ..., "activations": ...}}} over every linear weight of the
-    model and one activation tensor act [N, C] (a batch's embedding rows: the first block's input;
-    forward blocks run along C, the weight gradient's along the N tokens)."""
-    state = model.state_dict(copy=True)
+def measure_disagreement(ctx, state, act):
+    """{format: {"1d"/"2d": {"weights": ..., "activations": ...}}} over every linear weight of a
+    model's state dict and one activation tensor act [N, C] (a batch's embedding rows: the first
+    block's input; forward blocks run along C, the weight gradient's along the N tokens)."""
     ws = [v.reshape(v.shape[0], -1) for k, v in state.items() if k.endswith(LINEAR_SUFFIXES)]
     res = {}
     for fmt, t2 in DISAGREE_FORMATS.items():
@@ -538,9 +541,9 @@ def run_disagreement(args, log=print):
             if step:
                 model.train_step(*corpus_batch(data, args.batch))
             if step in at:
-                emb = model.state_dict(copy=True)["model.embed_tokens.weight"]
-                act = emb[ev_t.reshape(-1)]
-                results.append({"seed": seed, "step": step, "by_format": measure_disagreement(ctx, model, config, act)})
+                state = model.state_dict(copy=True)
+                act = state["model.embed_tokens.weight"][ev_t.reshape(-1)]
+                results.append({"seed": seed, "step": step, "by_format": measure_disagreement(ctx, state, act)})
                 log(f"  seed {seed} step {step}: MXFP4 1D weights elem_diff "
                     f"{100 * results[-1]['by_format']['mxfp4']['1d']['weights']['elem_diff_frac']:.1f}%")
         model.close()
@@ -567,7 +570,7 @@ def run_disagreement(args, log=print):
     return results
 
 
-def main(argv=None):
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="mode", required=True)
     rl = sub.add_parser("rl", help="the RL recipe matrix")
@@ -607,7 +610,11 @@ def main(argv=None):
     pt.add_argument("--time-budget", type=float, default=0)
     rd = sub.add_parser("render", help="tables and plots from an output directory")
     rd.add_argument("--out", required=True)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
     log = lambda s: print(s, flush=True)  # noqa: E731
     if args.mode == "rl":
         run_rl(args, log)

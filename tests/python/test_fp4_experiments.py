@@ -240,7 +240,7 @@ def test_lr_sweep_chooses_best_gain_and_shares_warmups(tmp_path):
     del args[i:i + 2]
     i = args.index("--formats")
     del args[i:i + 2]
-    best = fm.run_lr_sweep(parsed("run_lr_sweep", ["lr-sweep", "--out", str(out), *args, "--lrs", "1e-4,1e-3"]), log=lambda s: None)
+    best = fm.run_lr_sweep(fm.parse_args(["lr-sweep", "--out", str(out), *args, "--lrs", "1e-4,1e-3"]), log=lambda s: None)
     gains = {}
     for lr in ("0.0001", "0.001"):
         runs = sorted((out / f"lr_{lr}" / "runs").iterdir())
@@ -256,24 +256,13 @@ def test_lr_sweep_chooses_best_gain_and_shares_warmups(tmp_path):
     assert "(chosen)" in (out / "lr_sweep.md").read_text()
 
 
-def parsed(runner, argv):
-    """fp4_matrix's parsed arguments for argv: main with the mode's runner stubbed out."""
-    ns = {}
-    orig = getattr(fm, runner)
-    setattr(fm, runner, lambda a, log=None: ns.setdefault("a", a))
-    try:
-        fm.main(argv)
-    finally:
-        setattr(fm, runner, orig)
-    return ns["a"]
-
 def test_disagreement_2d_is_zero_and_1d_scales_match_numpy(tmp_path):
     ctx = fp4rl.Context("cpu")
     rng = np.random.default_rng(3)
     w = (rng.standard_normal((96, 128)) * np.exp(rng.standard_normal((96, 1)))).astype(np.float32)
     for fmt, tile in fm.DISAGREE_FORMATS.items():
         d2 = fm.fwd_bwd_disagreement(ctx, w, fmt, tile)
-        assert d2["elem_diff_frac"] == 0.0 and d2["rel_diff"] == 0.0
+        assert d2["elem_diff_frac"] == 0.0 and d2["rel_diff"] == 0.0 and d2["scale_diff_frac"] == 0.0
         d1 = fm.fwd_bwd_disagreement(ctx, w, fmt, 0)
         assert d1["elem_diff_frac"] > 0.0 and d1["rel_diff"] > 0.0
         assert 0.0 < d1["rel_err_fwd"] < 0.2 and 0.0 < d1["rel_err_bwd"] < 0.2
@@ -285,7 +274,7 @@ def test_disagreement_2d_is_zero_and_1d_scales_match_numpy(tmp_path):
     want = float(np.mean(exps(w) != exps(np.ascontiguousarray(w.T)).T))
     assert fm.fwd_bwd_disagreement(ctx, w, "mxfp4", 0)["scale_diff_frac"] == pytest.approx(want, abs=1e-12)
     assert 0.05 < want < 0.95
-    res = fm.run_disagreement(parsed("run_disagreement", ["disagreement", "--out", str(tmp_path), "--size", "tiny", "--at", "0,3",
+    res = fm.run_disagreement(fm.parse_args(["disagreement", "--out", str(tmp_path), "--size", "tiny", "--at", "0,3",
                                           "--seeds", "1", "--batch", "8"]), log=lambda s: None)
     assert [r["step"] for r in res] == [0, 3]
     for r in res:
