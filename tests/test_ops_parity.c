@@ -354,9 +354,11 @@ static void attention_case(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_
 /* attention_rows on N rows of Hkv * D keys: row n reads cache rows seg = (n % 3, n % 5 + 1, 40 + 7 n, len1 + n % 4)
  * (segment 0 shared between rows, segment 1 its own); kv_store writes the cache (FP32 exactly,
  * BF16 as the bits of nearest-even), gather_rows picks rows back. The GPU's scores sit in shared
- * memory up to 160 KB of them (max_keys = 5 + len1 + 3, a little more than needed), else the warp kernel. */
-static void rows_case(int64_t N, int64_t Hkv, int64_t D, int64_t group, int64_t len1)
+ * memory up to 160 KB of them (max_keys = 5 + len1 + 3 + slack, a little more than needed), else the warp kernel
+ * (slack: a bound far beyond the keys, as in a decode step early in a long completion). */
+static void rows_case(int64_t N, int64_t Hkv, int64_t D, int64_t group, int64_t len1, int64_t slack)
 {
+    const int64_t max_keys = 5 + len1 + 3 + slack;
     const int64_t Hq = Hkv * group, W = Hkv * D, rows = 40 + 7 * N + len1 + 4, nq = N * Hq * D;
     float *src = rnd(rows * W, 1), *q = rnd(nq, 1), *kf = malloc((size_t)(rows * W) * 4), *vf = malloc((size_t)(rows * W) * 4);
     float *vsrc = rnd(rows * W, 1);
@@ -382,10 +384,10 @@ static void rows_case(int64_t N, int64_t Hkv, int64_t D, int64_t group, int64_t 
         ck_assert_msg(!memcmp(hk, kf, (size_t)(rows * W) * (kvb ? 2 : 4)), "kv_store (bf16 %d) differs from the CPU", kvb);
         free(hk);
         for (int nm = kvb; nm <= FP4RL_ATT_BF16; nm++) { /* a BF16 cache serves BF16 numerics only */
-            C->attention_rows(cpu, out, q, kf, vf, kvb, seg, N, 5 + len1 + 3, Hq, Hkv, D, (fp4rl_att_numerics)nm);
-            C->attention_rows(cpu, out32, q, kf, vf, kvb, seg, N, 5 + len1 + 3, Hq, Hkv, D, FP4RL_ATT_FP32);
+            C->attention_rows(cpu, out, q, kf, vf, kvb, seg, N, max_keys, Hq, Hkv, D, (fp4rl_att_numerics)nm);
+            C->attention_rows(cpu, out32, q, kf, vf, kvb, seg, N, max_keys, Hq, Hkv, D, FP4RL_ATT_FP32);
             const double tol = nm ? host_gap(out, out32, nq) / 10 : 1e-5;
-            OKG(G->attention_rows(gpu, dout, dq, dk, dv, kvb, dseg, N, 5 + len1 + 3, Hq, Hkv, D, (fp4rl_att_numerics)nm));
+            OKG(G->attention_rows(gpu, dout, dq, dk, dv, kvb, dseg, N, max_keys, Hq, Hkv, D, (fp4rl_att_numerics)nm));
             char what[64];
             snprintf(what, sizeof what, "attention_rows D%lld g%lld %s%s", (long long)D, (long long)group, nm ? "BF16" : "FP32",
                      kvb ? " bf16 cache" : "");
@@ -418,12 +420,14 @@ START_TEST(test_attention)
     /* the rollout's attention against a cache: every head dim path (contiguous lanes at 32 / 64 /
      * 128, strided otherwise), GQA groups of 7 and of 12 (two blocks of heads), FP32 and BF16
      * caches, keys in two segments */
-    rows_case(5, 2, 64, 7, 11);  /* Qwen2.5-0.5B's heads */
-    rows_case(4, 1, 128, 12, 40); /* more heads than a block */
-    rows_case(3, 2, 24, 2, 9);
-    rows_case(3, 2, 32, 1, 300);
-    rows_case(2, 2, 16, 3, 2);
-    rows_case(2, 1, 64, 4, 5200); /* scores beyond shared memory: the warp kernel */
+    rows_case(5, 2, 64, 7, 11, 0);  /* Qwen2.5-0.5B's heads */
+    rows_case(4, 1, 128, 12, 40, 0); /* more heads than a block */
+    rows_case(3, 2, 24, 2, 9, 0);
+    rows_case(3, 2, 32, 1, 300, 0);
+    rows_case(2, 2, 16, 3, 2, 0);
+    rows_case(6, 2, 128, 6, 600, 0);  /* Qwen2.5-1.5B's heads at a decode cache length */
+    rows_case(5, 2, 128, 8, 130, 500); /* 3B's heads, cache far longer than the keys */
+    rows_case(2, 1, 64, 4, 5200, 0); /* scores beyond shared memory: the warp kernel */
 }
 END_TEST
 
