@@ -35,6 +35,10 @@
  *                                    kernel (fp4rl_cuda_fp8_gemm_tc), not the slow reference.
  *   fp4rl_bench [reps] dgprof F M    only 3 + reps launches of the packed kernel, format F
  *                                    (mxfp4 / nvfp4 / hif4), M rows, N = K = 8192 (for ncu)
+ *   fp4rl_bench [reps] attn          sections 1 and 7: the decode attention (attention_rows) at the
+ *                                    Qwen2.5 0.5B / 1.5B / 3B / 7B heads, 16 prompts x 8 and x 32
+ *                                    completions, BF16 cache, against the unique KV bytes at the copy
+ *                                    bandwidth
  *
  * Timing: CUDA events on the context's stream around each call, after a busy-wait kernel that
  * lets the host queue the whole sequence first (so no launch gap lands inside a measurement);
@@ -47,6 +51,7 @@
 #include <time.h>
 #include <vector>
 
+#include "backend/ops.h"
 #include "cuda_internal.h"
 #include "decode_packed.h"
 #include "gemm_fp8.h"
@@ -423,6 +428,53 @@ static void fp8_section(void)
     }
 }
 
+/* The rollout's decode attention (the attention_rows op) at the Qwen2.5 heads: P prompts of L
+ * tokens in the cache once, G completions each, every completion at t own keys; a BF16 cache and
+ * BF16 numerics, as the BF16 rollout runs it. Bytes: what a row reads (its prompt's keys and its
+ * own, k and v) and the unique bytes (each prompt once); the bound is the unique bytes at the
+ * copy bandwidth (read + write counted, as a read-only stream of that rate). */
+static void attn_section(double copy_bw)
+{
+    struct heads { const char *name; int64_t Hq, Hkv, D; } hs[] = {
+        {"0.5B", 14, 2, 64}, {"1.5B", 12, 2, 128}, {"3B", 16, 2, 128}, {"7B", 28, 4, 128}};
+    const int64_t P = 16, L = 128, NEW = 512, max_keys = L + NEW;
+    printf("## Decode attention (attention_rows), BF16 cache and numerics, %lld prompts of %lld tokens, max_keys %lld\n\n",
+           (long long)P, (long long)L, (long long)max_keys);
+    printf("| heads (Hq/Hkv/D) | rows | own keys | us | GB/s read by rows | unique GB/s | x unique bound |\n|---|---|---|---|---|---|---|\n");
+    for (const heads &h : hs) {
+        for (int64_t G : {8, 32}) {
+            const int64_t N = P * G, W = h.Hkv * h.D, rows = P * L + N * NEW;
+            void *kc, *vc, *q, *out, *seg;
+            CU(cudaMalloc(&kc, (size_t)(rows * W) * 2));
+            CU(cudaMalloc(&vc, (size_t)(rows * W) * 2));
+            CU(cudaMalloc(&q, (size_t)(N * h.Hq * h.D) * 4));
+            CU(cudaMalloc(&out, (size_t)(N * h.Hq * h.D) * 4));
+            CU(cudaMalloc(&seg, (size_t)(4 * N) * 4));
+            CU(cudaMemsetAsync(kc, 0x3c, (size_t)(rows * W) * 2, stream)); /* 0x3c3c: a finite BF16 (~0.0115) */
+            CU(cudaMemsetAsync(vc, 0x3c, (size_t)(rows * W) * 2, stream));
+            CU(cudaMemsetAsync(q, 0x3c, (size_t)(N * h.Hq * h.D) * 4, stream));
+            for (int64_t t : {1, 256, 511}) {
+                std::vector<int32_t> sg(4 * N);
+                for (int64_t n = 0; n < N; n++) {
+                    sg[4 * n] = (int32_t)(n / G * L), sg[4 * n + 1] = (int32_t)L;
+                    sg[4 * n + 2] = (int32_t)(P * L + n * NEW), sg[4 * n + 3] = (int32_t)t;
+                }
+                CU(cudaMemcpyAsync(seg, sg.data(), sg.size() * 4, cudaMemcpyHostToDevice, stream));
+                const double ms = time_ms([&](int) {
+                    CK(ctx->ops->attention_rows(ctx, (float *)out, (const float *)q, kc, vc, 1, (const int32_t *)seg, N, max_keys,
+                                                h.Hq, h.Hkv, h.D, FP4RL_ATT_BF16));
+                });
+                const double row_bytes = (double)N * (L + t) * W * 4, uniq = ((double)P * L + (double)N * t) * W * 4;
+                printf("| %s (%lld/%lld/%lld) | %lld | %lld | %.1f | %.0f | %.0f | %.1f |\n", h.name, (long long)h.Hq,
+                       (long long)h.Hkv, (long long)h.D, (long long)N, (long long)t, ms * 1e3, row_bytes / ms / 1e6,
+                       uniq / ms / 1e6, ms / (uniq / (copy_bw * 1e6)));
+            }
+            for (void *b : {kc, vc, q, out, seg}) CU(cudaFree(b));
+        }
+    }
+    printf("\n");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) reps = atoi(argv[1]) > 0 ? atoi(argv[1]) : reps;
@@ -461,6 +513,11 @@ int main(int argc, char **argv)
     {
     /* ---- 1. copy bandwidth ---- */
     const double copy_bw = copy_bandwidth();
+    if (argc > 2 && strcmp(argv[2], "attn") == 0) {
+        attn_section(copy_bw);
+        fp4rl_context_destroy(ctx);
+        return 0;
+    }
     if (dg_only) {
         dg_section(copy_bw, prop.l2CacheSize);
         fp4rl_context_destroy(ctx);
