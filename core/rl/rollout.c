@@ -525,7 +525,7 @@ static fp4rl_status pad_measure(engine *e, const fp4rl_rollout_cfg *cfg)
     const int64_t n = e->m->cfg.num_hidden_layers * FP4RL_LIN_COUNT * 2;
     int32_t tok;
     float lp;
-    rows_batch rb;
+    rows_batch rb = {0};
     unsigned long long *h64 = malloc((size_t)n * sizeof *h64);
     e->pad_counts = calloc((size_t)(2 * n), sizeof(float));
     fp4rl_status st = h64 && e->pad_counts ? rows_alloc(&rb, 1, 1) : fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
@@ -552,7 +552,7 @@ static fp4rl_status run_lockstep(engine *e, const fp4rl_rollout_cfg *cfg, const 
                                  float *slogp)
 {
     const int64_t G = cfg->group;
-    rows_batch rb;
+    rows_batch rb = {0};
     fp4rl_status st = rows_alloc(&rb, B, B);
     for (int64_t t = 0; !st && t + 1 < Tmax; t++) {
         int64_t active = 0;
@@ -594,7 +594,7 @@ static fp4rl_status run_batched(engine *e, const fp4rl_rollout_cfg *cfg, const i
     for (int64_t p0 = 0; !st && p0 < P;) {
         int64_t p1 = p0 + 1;
         while (p1 < P && (int64_t)(offsets[p1 + 1] - offsets[p0]) <= PREFILL_ROWS && (p1 + 1 - p0) * G <= PREFILL_SEQS) p1++;
-        rows_batch rb;
+        rows_batch rb = {0};
         const int64_t r0 = (int64_t)offsets[p0];
         if ((st = rows_alloc(&rb, (int64_t)offsets[p1] - r0, (p1 - p0) * G))) break;
         for (int64_t p = p0; p < p1; p++) {
@@ -628,7 +628,7 @@ static fp4rl_status run_batched(engine *e, const fp4rl_rollout_cfg *cfg, const i
         for (int64_t b = 0; b < B; b++) n += !done[b];
         if (!n) break;
         const int64_t nb = e->graphs ? bucket(n, B) : n;
-        rows_batch rb;
+        rows_batch rb = {0};
         if ((st = rows_alloc(&rb, nb, nb))) break;
         for (int64_t i = 0, b = 0; b < B; b++) {
             if (done[b]) continue;
