@@ -2,26 +2,34 @@
 # Issue 16's decode GEMM on packed FP4 weights, on the GPU machine in one call, with the binaries
 # built here and carried as .devrun/pkg.tar.xz:
 #   bash tools/devpack.sh build/cuda90/tests/test_decode_gemm build/cuda90/bench/fp4rl_bench
+# PKG (default .devrun/pkg.tar.xz) and DIR (default /tmp/fp4rl) name the package and where it is
+# unpacked, so that a second build can travel beside the first (e.g. PKG=.devrun-dg/pkg.tar.xz
+# DIR=/tmp/dg, the package moved there after devpack and carried as .devrun-dg).
 # Steps (default: test bench profile), logs in $OUT, a compact summary on stdout:
 #   test      test_decode_gemm (every format / tile / M / ResQ / split-K against float64)
+#   quick     its quick subset (FP4RL_DG_QUICK=1), without the sanitizer
 #   memcheck  its quick subset under compute-sanitizer memcheck (FP4RL_DG_QUICK=1)
 #   bench     fp4rl_bench dg: the packed kernel vs cuBLASLt BF16, M 1..256, 8192^2 and 3B shapes
-#   profile   ncu of the packed kernel: HiF4 M = 1, MXFP4 M = 1, HiF4 M = 64 (8192^2)
-# Usage: bash bench/device_decode.sh [test] [memcheck] [bench] [profile]
+#   profile   ncu of the packed kernel: HiF4 M = 1, MXFP4 M = 1, HiF4 M = 64, MXFP4 M = 128 (8192^2;
+#             PROFILE="fmt M,fmt M" picks others)
+# Usage: bash bench/device_decode.sh [test] [quick] [memcheck] [bench] [profile]
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT" /tmp/fp4rl && tar xJf .devrun/pkg.tar.xz -C /tmp/fp4rl
+PKG=${PKG:-.devrun/pkg.tar.xz}
+DIR=${DIR:-/tmp/fp4rl}
+mkdir -p "$OUT" "$DIR" && tar xJf "$PKG" -C "$DIR"
 lt=$(dirname "$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=/tmp/fp4rl/pkg/lib:$lt:${LD_LIBRARY_PATH:-}
-bin=/tmp/fp4rl/pkg/bin
+export LD_LIBRARY_PATH=$DIR/pkg/lib:$lt:${LD_LIBRARY_PATH:-}
+bin=$DIR/pkg/bin
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(test bench profile)
 for step in "${steps[@]}"; do
   case $step in
-  test)
-    (cd /tmp && timeout 150 $bin/test_decode_gemm) > "$OUT/test_decode_gemm.log" 2>&1
-    echo "test_decode_gemm rc=$? $(grep -E '^[0-9]+%: Checks' "$OUT/test_decode_gemm.log" | tail -1)"
+  test|quick)
+    [ "$step" = quick ] && q=1 || q=0
+    (cd /tmp && FP4RL_DG_QUICK=$q timeout 150 $bin/test_decode_gemm) > "$OUT/test_decode_gemm.log" 2>&1
+    echo "test_decode_gemm ($step) rc=$? $(grep -E '^[0-9]+%: Checks' "$OUT/test_decode_gemm.log" | tail -1)"
     grep -E "FAILED|:F:|:E:|    \(" "$OUT/test_decode_gemm.log" | head -20
     # the worst error per format, as a share of the bound
     awk '/worst/ {f=$1; w=$(NF-3); if (w+0 > m[f]) m[f]=w+0} END {for (f in m) printf "  worst %-6s %.3f of the bound\n", f, m[f]}' \
@@ -36,7 +44,8 @@ for step in "${steps[@]}"; do
     echo "fp4rl_bench dg rc=$?"
     cat "$OUT/bench_dg.md" ;;
   profile)
-    for cfg in "hif4 1" "mxfp4 1" "hif4 64"; do
+    IFS=, read -ra cfgs <<< "${PROFILE:-hif4 1,mxfp4 1,hif4 64,mxfp4 128}"
+    for cfg in "${cfgs[@]}"; do
       f=$OUT/ncu_${cfg// /_}.txt
       timeout 100 ncu --clock-control none -k regex:dg_kernel --launch-skip 3 --launch-count 1 \
         --section SpeedOfLight --section WarpStateStats --section InstructionStats --section Occupancy \
