@@ -114,6 +114,17 @@ __global__ void embedding_bwd_k(float *dwte, const float *dout, const int32_t *t
     }
 }
 
+/* Pair (x1, x2) = (x[i], x[i + D/2]) of one head rotated by sign * the angle of position pos at
+ * frequency i: the CPU's binary32 steps with correctly rounded functions. */
+__device__ __forceinline__ float2 rope_pair(float x1, float x2, int32_t pos, int64_t i, int64_t D, float theta, float sign)
+{
+    const float inv_freq = 1.0f / powf_cr(theta, (float)(2 * i) / (float)D);
+    const float a = (float)pos * inv_freq;
+    const float c = cosf_cr(a);
+    const float s = sinf_cr(a) * sign;
+    return make_float2(x1 * c - x2 * s, x2 * c + x1 * s);
+}
+
 /* One thread per (n, h, i < D/2) pair; the pair is read before it is written (in place is fine). */
 __global__ void rope_k(float *out, const float *x, const int32_t *positions, int64_t N, int64_t H, int64_t D, float theta,
                        float sign)
@@ -122,25 +133,58 @@ __global__ void rope_k(float *out, const float *x, const int32_t *positions, int
     GRID_STRIDE(j, N * H * half)
     {
         const int64_t i = j % half, nh = j / half, n = nh / H;
-        const float inv_freq = 1.0f / powf_cr(theta, (float)(2 * i) / (float)D);
-        const float a = (float)positions[n] * inv_freq;
-        const float c = cosf_cr(a);
-        const float s = sinf_cr(a) * sign;
-        const float *xh = x + nh * D;
-        float *oh = out + nh * D;
-        const float x1 = xh[i], x2 = xh[i + half];
-        oh[i] = x1 * c - x2 * s;
-        oh[i + half] = x2 * c + x1 * s;
+        const float2 r = rope_pair(x[nh * D + i], x[nh * D + i + half], positions[n], i, D, theta, sign);
+        out[nh * D + i] = r.x;
+        out[nh * D + i + half] = r.y;
     }
+}
+
+__device__ __forceinline__ void kv_put(void *cache, int kv_bf16, int64_t dst, float v)
+{
+    if (kv_bf16) ((uint16_t *)cache)[dst] = fp4rl_f32_to_bf16(v);
+    else ((float *)cache)[dst] = v;
 }
 
 __global__ void kv_store_k(void *cache, int kv_bf16, const float *src, const int32_t *rows, int64_t N, int64_t W)
 {
-    GRID_STRIDE(i, N * W)
+    GRID_STRIDE(i, N * W) kv_put(cache, kv_bf16, (int64_t)rows[i / W] * W + i % W, src[i]);
+}
+
+/* qkv_rope_store: one thread per (n, q or k head, i < D/2) rotates a pair (a k pair straight into
+ * its cache row), one per v element stores it; rope_k's and kv_store_k's arithmetic. */
+__global__ void qkv_rope_store_k(float *q, void *kc, void *vc, int kv_bf16, const float *qkv, const int32_t *positions,
+                                 const int32_t *rows, int64_t N, int64_t Hq, int64_t Hkv, int64_t D, float theta)
+{
+    const int64_t half = D / 2, H = Hq + Hkv, KD = Hkv * D, per = H * half + KD;
+    GRID_STRIDE(j, N * per)
     {
-        const int64_t n = i / W, w = i % W, dst = (int64_t)rows[n] * W + w;
-        if (kv_bf16) ((uint16_t *)cache)[dst] = fp4rl_f32_to_bf16(src[i]);
-        else ((float *)cache)[dst] = src[i];
+        const int64_t n = j / per, r = j % per;
+        const float *row = qkv + n * (Hq * D + 2 * KD);
+        if (r < H * half) {
+            const int64_t h = r / half, i = r % half;
+            const float2 o = rope_pair(row[h * D + i], row[h * D + i + half], positions[n], i, D, theta, 1.0f);
+            if (h < Hq) {
+                q[(n * Hq + h) * D + i] = o.x;
+                q[(n * Hq + h) * D + i + half] = o.y;
+            } else {
+                const int64_t dst = (int64_t)rows[n] * KD + (h - Hq) * D + i;
+                kv_put(kc, kv_bf16, dst, o.x);
+                kv_put(kc, kv_bf16, dst + half, o.y);
+            }
+        } else {
+            const int64_t w = r - H * half;
+            kv_put(vc, kv_bf16, (int64_t)rows[n] * KD + w, row[Hq * D + KD + w]);
+        }
+    }
+}
+
+/* swiglu_rows: out[n, i] = swiglu1(gu[n, i], gu[n, I + i]) */
+__global__ void swiglu_rows_k(float *out, const float *gu, int64_t N, int64_t I)
+{
+    GRID_STRIDE(j, N * I)
+    {
+        const int64_t n = j / I, i = j % I;
+        out[j] = swiglu1(gu[n * 2 * I + i], gu[n * 2 * I + I + i]);
     }
 }
 
@@ -237,6 +281,17 @@ fp4rl_status fp4rl_cuda_kv_store(fp4rl_context *ctx, void *cache, int kv_bf16, c
                                  int64_t W)
 {
     LAUNCH("kv_store", kv_store_k, N * W, cache, kv_bf16, src, rows, N, W);
+}
+fp4rl_status fp4rl_cuda_qkv_rope_store(fp4rl_context *ctx, float *q, void *kc, void *vc, int kv_bf16, const float *qkv,
+                                      const int32_t *positions, const int32_t *rows, int64_t N, int64_t Hq, int64_t Hkv, int64_t D,
+                                      float theta)
+{
+    LAUNCH("qkv_rope_store", qkv_rope_store_k, N * ((Hq + Hkv) * (D / 2) + Hkv * D), q, kc, vc, kv_bf16, qkv, positions, rows, N,
+           Hq, Hkv, D, theta);
+}
+fp4rl_status fp4rl_cuda_swiglu_rows(fp4rl_context *ctx, float *out, const float *gu, int64_t N, int64_t inter)
+{
+    LAUNCH("swiglu_rows", swiglu_rows_k, N * inter, out, gu, N, inter);
 }
 fp4rl_status fp4rl_cuda_gather_rows(fp4rl_context *ctx, float *dst, const float *src, const int32_t *idx, int64_t N, int64_t W)
 {

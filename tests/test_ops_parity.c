@@ -403,6 +403,68 @@ static void rows_case(int64_t N, int64_t Hkv, int64_t D, int64_t group, int64_t 
     dfree(dsrc), dfree(dvsrc), dfree(dq), dfree(dout), dfree(dids), dfree(dseg), dfree(dk), dfree(dv), dfree(dg);
 }
 
+/* The rollout's fused block steps: qkv_rope_store and swiglu_rows on the GPU equal the GPU's own
+ * unfused steps bit for bit (rope_forward + kv_store, swiglu_forward), and the CPU's within the
+ * elementwise tolerance (BF16 caches: both round the same rope values, so within one BF16 step). */
+START_TEST(test_fused_block_ops)
+{
+    const int64_t N = 19, Hq = 14, Hkv = 2, D = 64, QD = Hq * D, KD = Hkv * D, W3 = QD + 2 * KD, R = 23, I = 1000;
+    int32_t pos[19], rows[19];
+    for (int i = 0; i < N; i++) pos[i] = i * 977 % 4000, rows[i] = (int32_t)((i * 5 + 3) % R);
+    float *qkv = rnd(N * W3, 4), *q = malloc((size_t)(N * QD) * 4), *kf = calloc((size_t)(R * KD), 4), *vf = calloc((size_t)(R * KD), 4);
+    float *dqkv = upf(qkv, N * W3), *dq = upf(q, N * QD), *dq2 = upf(q, N * QD), *dk = upf(qkv, N * KD), *dv = upf(qkv, N * KD);
+    int32_t *dpos = upi(pos, N), *drows = upi(rows, N);
+    void *dkc, *dvc, *dkc2, *dvc2;
+    const size_t cb = (size_t)(R * KD) * 4;
+    ck_assert_int_eq(gpu->be->alloc(gpu, &dkc, cb), FP4RL_OK);
+    ck_assert_int_eq(gpu->be->alloc(gpu, &dvc, cb), FP4RL_OK);
+    ck_assert_int_eq(gpu->be->alloc(gpu, &dkc2, cb), FP4RL_OK);
+    ck_assert_int_eq(gpu->be->alloc(gpu, &dvc2, cb), FP4RL_OK);
+    for (int kvb = 0; kvb < 2; kvb++) {
+        const size_t used = (size_t)(R * KD) * (kvb ? 2 : 4);
+        OKG(gpu->be->memset0(gpu, dkc, cb)), OKG(gpu->be->memset0(gpu, dvc, cb));
+        OKG(gpu->be->memset0(gpu, dkc2, cb)), OKG(gpu->be->memset0(gpu, dvc2, cb));
+        OKG(G->qkv_rope_store(gpu, dq, dkc, dvc, kvb, dqkv, dpos, drows, N, Hq, Hkv, D, 1e6f));
+        for (int64_t n = 0; n < N; n++) { /* the unfused steps on the GPU */
+            OKG(G->copy(gpu, dq2 + n * QD, dqkv + n * W3, QD));
+            OKG(G->copy(gpu, dk + n * KD, dqkv + n * W3 + QD, KD));
+            OKG(G->copy(gpu, dv + n * KD, dqkv + n * W3 + QD + KD, KD));
+        }
+        OKG(G->rope_forward(gpu, dq2, dq2, dpos, N, Hq, D, 1e6f));
+        OKG(G->rope_forward(gpu, dk, dk, dpos, N, Hkv, D, 1e6f));
+        OKG(G->kv_store(gpu, dkc2, kvb, dk, drows, N, KD));
+        OKG(G->kv_store(gpu, dvc2, kvb, dv, drows, N, KD));
+        void *a = down(dq, (size_t)(N * QD) * 4), *b = down(dq2, (size_t)(N * QD) * 4);
+        ck_assert_msg(!memcmp(a, b, (size_t)(N * QD) * 4), "qkv_rope_store: q differs from the GPU's rope_forward");
+        free(a), free(b);
+        a = down(dkc, used), b = down(dkc2, used);
+        ck_assert_msg(!memcmp(a, b, used), "qkv_rope_store: k cache (bf16 %d) differs from rope + kv_store", kvb);
+        free(a), free(b);
+        a = down(dvc, used), b = down(dvc2, used);
+        ck_assert_msg(!memcmp(a, b, used), "qkv_rope_store: v cache (bf16 %d) differs from kv_store", kvb);
+        free(a), free(b);
+        if (!kvb) { /* against the CPU */
+            C->qkv_rope_store(cpu, q, kf, vf, 0, qkv, pos, rows, N, Hq, Hkv, D, 1e6f);
+            cmp("qkv_rope_store q", dq, q, N * QD, 1e-6);
+            cmp("qkv_rope_store k cache", dkc, kf, R * KD, 1e-6);
+            cmp("qkv_rope_store v cache", dvc, vf, R * KD, 0);
+        }
+    }
+    float *gu = rnd(N * 2 * I, 4), *h = malloc((size_t)(N * I) * 4);
+    float *dgu = upf(gu, N * 2 * I), *dh = upf(h, N * I), *dh2 = upf(h, N * I);
+    C->swiglu_rows(cpu, h, gu, N, I);
+    OKG(G->swiglu_rows(gpu, dh, dgu, N, I));
+    for (int64_t n = 0; n < N; n++) OKG(G->swiglu_forward(gpu, dh2 + n * I, dgu + n * 2 * I, dgu + n * 2 * I + I, I));
+    cmp("swiglu_rows", dh, h, N * I, 1e-6);
+    void *a = down(dh, (size_t)(N * I) * 4), *b = down(dh2, (size_t)(N * I) * 4);
+    ck_assert_msg(!memcmp(a, b, (size_t)(N * I) * 4), "swiglu_rows differs from the GPU's swiglu_forward");
+    free(a), free(b);
+    free(qkv), free(q), free(kf), free(vf), free(gu), free(h);
+    dfree(dqkv), dfree(dq), dfree(dq2), dfree(dk), dfree(dv), dfree(dpos), dfree(drows), dfree(dkc), dfree(dvc), dfree(dkc2), dfree(dvc2);
+    dfree(dgu), dfree(dh), dfree(dh2);
+}
+END_TEST
+
 START_TEST(test_attention)
 {
     const int64_t B = 2, Hq = 4, Hkv = 2, D = 16;
@@ -805,6 +867,7 @@ int main(void)
     tcase_add_test(tc, test_embedding_norm_rope);
     tcase_add_test(tc, test_linear);
     tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_fused_block_ops);
     tcase_add_test(tc, test_losses);
     tcase_add_test(tc, test_rollout_ops);
     tcase_add_test(tc, test_top_p_ops);

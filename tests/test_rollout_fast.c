@@ -230,6 +230,43 @@ static const char *SMALL =
     " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
     " \"max_position_embeddings\": 32, \"tie_word_embeddings\": false}";
 
+/* The block's fused steps on the CPU (the reference every backend's fused kernels are held to):
+ * qkv_rope_store equals rope_forward on q and k plus kv_store of k and v, and swiglu_rows equals
+ * swiglu_forward on the halves, bit for bit, FP32 and BF16 caches, rows stored out of order. */
+START_TEST(test_fused_block_ops)
+{
+    const fp4rl_ops *o = ctx->ops;
+    const int64_t N = 5, Hq = 6, Hkv = 2, D = 16, QD = Hq * D, KD = Hkv * D, W3 = QD + 2 * KD, R = 9, I = 37;
+    const int32_t pos[5] = {0, 3, 17, 200, 4095}, rows[5] = {7, 0, 3, 8, 1};
+    float *qkv = malloc((size_t)(N * W3) * 4), *q = malloc((size_t)(N * QD) * 4), *q2 = malloc((size_t)(N * QD) * 4);
+    float *k = malloc((size_t)(N * KD) * 4), *v = malloc((size_t)(N * KD) * 4);
+    for (int64_t i = 0; i < N * W3; i++) qkv[i] = 3 * gauss();
+    for (int kvb = 0; kvb < 2; kvb++) {
+        const size_t cb = (size_t)(R * KD) * (kvb ? 2 : 4);
+        unsigned char *kc = calloc(1, cb), *vc = calloc(1, cb), *kc2 = calloc(1, cb), *vc2 = calloc(1, cb);
+        OK(o->qkv_rope_store(ctx, q, kc, vc, kvb, qkv, pos, rows, N, Hq, Hkv, D, 1e6f));
+        for (int64_t n = 0; n < N; n++) { /* the steps one by one */
+            memcpy(q2 + n * QD, qkv + n * W3, (size_t)QD * 4);
+            memcpy(k + n * KD, qkv + n * W3 + QD, (size_t)KD * 4);
+            memcpy(v + n * KD, qkv + n * W3 + QD + KD, (size_t)KD * 4);
+        }
+        OK(o->rope_forward(ctx, q2, q2, pos, N, Hq, D, 1e6f));
+        OK(o->rope_forward(ctx, k, k, pos, N, Hkv, D, 1e6f));
+        OK(o->kv_store(ctx, kc2, kvb, k, rows, N, KD));
+        OK(o->kv_store(ctx, vc2, kvb, v, rows, N, KD));
+        ck_assert_msg(!memcmp(q, q2, (size_t)(N * QD) * 4), "qkv_rope_store: q differs from rope_forward");
+        ck_assert_msg(!memcmp(kc, kc2, cb) && !memcmp(vc, vc2, cb), "qkv_rope_store: cache (bf16 %d) differs from rope + kv_store", kvb);
+        free(kc), free(vc), free(kc2), free(vc2);
+    }
+    float *gu = malloc((size_t)(N * 2 * I) * 4), *h = malloc((size_t)(N * I) * 4), *h2 = malloc((size_t)(N * I) * 4);
+    for (int64_t i = 0; i < N * 2 * I; i++) gu[i] = 4 * gauss();
+    OK(o->swiglu_rows(ctx, h, gu, N, I));
+    for (int64_t n = 0; n < N; n++) OK(o->swiglu_forward(ctx, h2 + n * I, gu + n * 2 * I, gu + n * 2 * I + I, I));
+    ck_assert_msg(!memcmp(h, h2, (size_t)(N * I) * 4), "swiglu_rows differs from swiglu_forward");
+    free(qkv), free(q), free(q2), free(k), free(v), free(gu), free(h), free(h2);
+}
+END_TEST
+
 static void rollout_pair(fp4rl_dtype fmt, fp4rl_numerics numerics, fp4rl_resq resq, int expect_fast_zero_frac, int64_t qk_format,
                          int64_t fused)
 {
@@ -344,6 +381,7 @@ int main(void)
     tcase_add_test(tc, test_qdq_bf16_matches_generic);
     tcase_add_test(tc, test_act_bf16_and_pack);
     tcase_add_test(tc, test_linear_bf16);
+    tcase_add_test(tc, test_fused_block_ops);
     tcase_add_test(tc, test_rollout_fused_equals_generic);
     tcase_add_test(tc, test_train_operands_fused_equals_generic);
     suite_add_tcase(su, tc);

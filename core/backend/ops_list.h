@@ -157,6 +157,15 @@ FP4RL_OP(fp4rl_status, init_normal, (fp4rl_context *ctx, float *dst, int64_t k0,
  * kv_store: cache row rows[n] = src row n (src [N, W]; rounded to nearest-even BF16 with kv_bf16). */
 FP4RL_OP(fp4rl_status, kv_store, (fp4rl_context *ctx, void *cache, int kv_bf16, const float *src, const int32_t *rows,
          int64_t N, int64_t W))
+/* q/k/v of the rollout's forward from one GEMM: qkv [N, Hq * D + 2 * Hkv * D], row n = q | k | v.
+ * q [N, Hq, D] = rope_forward(q part); cache row rows[n] of kc = rope_forward(k part) and of vc =
+ * the v part, stored as kv_store stores them. Equal, bit for bit, to rope_forward on q and k and
+ * kv_store of k and v (one kernel in place of four, and no separate q/k/v buffers). */
+FP4RL_OP(fp4rl_status, qkv_rope_store, (fp4rl_context *ctx, float *q, void *kc, void *vc, int kv_bf16, const float *qkv,
+         const int32_t *positions, const int32_t *rows, int64_t N, int64_t Hq, int64_t Hkv, int64_t D, float theta))
+/* SwiGLU of one gate/up GEMM: out [N, inter] = silu(gu[n, i]) * gu[n, inter + i], gu [N, 2 inter] (row n = gate |
+ * up); bit for bit swiglu_forward on the two halves. */
+FP4RL_OP(fp4rl_status, swiglu_rows, (fp4rl_context *ctx, float *out, const float *gu, int64_t N, int64_t inter))
 /* Query row n against its own keys, q, out [N, Hq, D]: the keys (and values) of row n are cache
  * rows seg[4n] .. seg[4n] + seg[4n+1] - 1 followed by seg[4n+2] .. seg[4n+2] + seg[4n+3] - 1
  * (a prompt shared by a group of completions, then the completion's own tokens; either part may

@@ -1,6 +1,7 @@
 /* ops_rope.c - rotary position embeddings, HF Llama/Qwen2 "rotate_half" convention: dimension i
  * pairs with i + D/2 (not with i + 1 as in the interleaved GPT-J form). */
 #include <math.h>
+#include <stdlib.h>
 
 #include "cpu/ops_cpu.h"
 
@@ -52,4 +53,23 @@ fp4rl_status fp4rl_cpu_rope_backward(fp4rl_context *ctx, float *dx, const float 
     /* the Jacobian is the rotation R itself, so dx = R^T dout: the same rotation, angle negated */
     rope_rotate(dx, dout, positions, N, H, D, theta, -1.0f);
     return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_cpu_qkv_rope_store(fp4rl_context *ctx, float *q, void *kc, void *vc, int kv_bf16, const float *qkv,
+                                      const int32_t *positions, const int32_t *rows, int64_t N, int64_t Hq, int64_t Hkv,
+                                      int64_t D, float theta)
+{
+    const int64_t QD = Hq * D, KD = Hkv * D, W = QD + 2 * KD;
+    float *k = malloc((size_t)KD * sizeof(float));
+    if (!k) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "qkv_rope_store: out of memory");
+    fp4rl_status st = FP4RL_OK;
+    for (int64_t n = 0; n < N && !st; n++) { /* row by row: rope_forward and kv_store of one row each */
+        const float *r = qkv + n * W;
+        rope_rotate(q + n * QD, r, positions + n, 1, Hq, D, theta, 1.0f);
+        rope_rotate(k, r + QD, positions + n, 1, Hkv, D, theta, 1.0f);
+        st = fp4rl_cpu_kv_store(ctx, kc, kv_bf16, k, rows + n, 1, KD);
+        if (!st) st = fp4rl_cpu_kv_store(ctx, vc, kv_bf16, r + QD + KD, rows + n, 1, KD);
+    }
+    free(k);
+    return st;
 }

@@ -25,3 +25,11 @@ fp4rl_status fp4rl_cpu_swiglu_backward(fp4rl_context *ctx, float *dgate, float *
     }
     return FP4RL_OK;
 }
+
+fp4rl_status fp4rl_cpu_swiglu_rows(fp4rl_context *ctx, float *out, const float *gu, int64_t N, int64_t inter)
+{
+    fp4rl_status st = FP4RL_OK;
+    for (int64_t n = 0; n < N && !st; n++)
+        st = fp4rl_cpu_swiglu_forward(ctx, out + n * inter, gu + n * 2 * inter, gu + n * 2 * inter + inter, inter);
+    return st;
+}

@@ -28,18 +28,26 @@ fp4rl_status fp4rl_block_steps(fp4rl_model *m, int64_t l, int64_t N, const int32
     void *u = impl->user;
     fp4rl_status st;
     TRY(ops->rmsnorm_forward(ctx, b->ln1, b->rstd1, b->x_in, W(l, FP4RL_LP_LN1), N, C, eps));
-    TRY(impl->linear(u, l, FP4RL_LIN_Q, b->q, b->ln1, C, QD, W(l, FP4RL_LP_Q_B)));
-    TRY(impl->linear(u, l, FP4RL_LIN_K, b->k, b->ln1, C, KD, W(l, FP4RL_LP_K_B)));
-    TRY(impl->linear(u, l, FP4RL_LIN_V, b->v, b->ln1, C, KD, W(l, FP4RL_LP_V_B)));
-    TRY(ops->rope_forward(ctx, b->q, b->q, pos, N, Hq, D, theta));
-    TRY(ops->rope_forward(ctx, b->k, b->k, pos, N, Hkv, D, theta));
+    if (impl->qkv) {
+        TRY(impl->qkv(u, l, b->q, b->k, b->v, b->ln1, pos));
+    } else {
+        TRY(impl->linear(u, l, FP4RL_LIN_Q, b->q, b->ln1, C, QD, W(l, FP4RL_LP_Q_B)));
+        TRY(impl->linear(u, l, FP4RL_LIN_K, b->k, b->ln1, C, KD, W(l, FP4RL_LP_K_B)));
+        TRY(impl->linear(u, l, FP4RL_LIN_V, b->v, b->ln1, C, KD, W(l, FP4RL_LP_V_B)));
+        TRY(ops->rope_forward(ctx, b->q, b->q, pos, N, Hq, D, theta));
+        TRY(ops->rope_forward(ctx, b->k, b->k, pos, N, Hkv, D, theta));
+    }
     TRY(impl->attention(u, l, b->att, b->q, b->k, b->v));
     TRY(impl->linear(u, l, FP4RL_LIN_O, b->o, b->att, QD, C, NULL));
     TRY(ops->residual_forward(ctx, b->x1, b->x_in, b->o, N * C));
     TRY(ops->rmsnorm_forward(ctx, b->ln2, b->rstd2, b->x1, W(l, FP4RL_LP_LN2), N, C, eps));
-    TRY(impl->linear(u, l, FP4RL_LIN_GATE, b->gate, b->ln2, C, I, NULL));
-    TRY(impl->linear(u, l, FP4RL_LIN_UP, b->up, b->ln2, C, I, NULL));
-    TRY(ops->swiglu_forward(ctx, b->h, b->gate, b->up, N * I));
+    if (impl->gate_up) {
+        TRY(impl->gate_up(u, l, b->h, b->ln2));
+    } else {
+        TRY(impl->linear(u, l, FP4RL_LIN_GATE, b->gate, b->ln2, C, I, NULL));
+        TRY(impl->linear(u, l, FP4RL_LIN_UP, b->up, b->ln2, C, I, NULL));
+        TRY(ops->swiglu_forward(ctx, b->h, b->gate, b->up, N * I));
+    }
     TRY(impl->linear(u, l, FP4RL_LIN_DOWN, b->o, b->h, I, C, NULL));
     TRY(ops->residual_forward(ctx, b->x_out, b->x1, b->o, N * C));
     return FP4RL_OK;
@@ -125,7 +133,8 @@ fp4rl_status fp4rl_block_forward(fp4rl_model *m, int64_t l, const fp4rl_block_ba
     const fp4rl_block_bufs b = {.x_in = x_in, .ln1 = A->ln1, .rstd1 = A->rstd1, .q = A->q, .k = A->k, .v = A->v,
                                 .att = A->att, .o = o, .x1 = A->x1, .ln2 = A->ln2, .rstd2 = A->rstd2, .gate = A->gate,
                                 .up = A->up, .h = A->h, .x_out = A->x_out};
-    TRY(fp4rl_block_steps(m, l, N, bt->pos, &b, &(fp4rl_block_impl){train_linear, train_attention, &t}));
+    const fp4rl_block_impl impl = {.linear = train_linear, .attention = train_attention, .user = &t};
+    TRY(fp4rl_block_steps(m, l, N, bt->pos, &b, &impl));
     fp4rl_arena_release(a, o);
     return FP4RL_OK;
 }

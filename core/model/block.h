@@ -32,11 +32,17 @@ static inline int fp4rl_lin_weight(int which)
 
 /* How a block computes its linears and its attention, for fp4rl_block_steps (user: the caller's).
  * linear: y [N, OUT] = linear `which` (FP4RL_LIN_*) of layer l on x [N, IN], plus bias (NULL: none).
- * attention: att [N, Hq * D] from q [N, Hq * D] and k, v [N, Hkv * D] (q and k with rope). */
+ * attention: att [N, Hq * D] from q [N, Hq * D] and k, v [N, Hkv * D] (q and k with rope).
+ * Optional fused forms of runs of steps (NULL: the steps one by one; the rollout's decode fuses):
+ * qkv: the q, k, v linears of ln1 and rope on q and k; q [N, Hq * D] is written, k and v wherever
+ *   the impl's attention then reads them (the rollout: straight into its KV cache);
+ * gate_up: h [N, I] = swiglu(gate linear, up linear) of ln2. */
 typedef struct fp4rl_block_impl {
     fp4rl_status (*linear)(void *user, int64_t l, int which, float *y, float *x, int64_t IN, int64_t OUT, const float *bias);
     fp4rl_status (*attention)(void *user, int64_t l, float *att, float *q, float *k, float *v);
     void *user;
+    fp4rl_status (*qkv)(void *user, int64_t l, float *q, float *k, float *v, float *ln1, const int32_t *pos);
+    fp4rl_status (*gate_up)(void *user, int64_t l, float *h, float *ln2);
 } fp4rl_block_impl;
 
 /* The buffers of one block's steps over N rows: ln1 / ln2 and rstd1 / rstd2 may be the same, x_out

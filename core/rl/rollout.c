@@ -103,16 +103,14 @@ static int64_t fast_cols(const fast_plan *f, int64_t K)
     return f->fmt >= 0 && (f->resq == FP4RL_RESQ_DENSE || f->resq == FP4RL_RESQ_2_4) ? 2 * K : K;
 }
 
-/* The weight operand of a fused linear: wq (the rollout weight values, [OUT, K]) in BF16,
- * twice side by side with ResQ. */
-static uint16_t *fast_weight(fp4rl_model *m, fp4rl_arena *keep, const fast_plan *f, const float *wq, int64_t OUT, int64_t K)
+/* The weight operand of a fused linear into wb [OUT, fast_cols(f, K)]: wq (the rollout weight
+ * values, [OUT, K]) in BF16, twice side by side with ResQ. */
+static fp4rl_status fast_weight(fp4rl_model *m, uint16_t *wb, const fast_plan *f, const float *wq, int64_t OUT, int64_t K)
 {
     const int64_t kx = fast_cols(f, K);
-    uint16_t *wb = fp4rl_arena_alloc(keep, OUT * kx, sizeof(uint16_t));
-    if (!wb) return NULL;
-    keep->st = m->ops->pack_bf16(m->ctx, wb, kx, wq, OUT, K);
-    if (!keep->st && kx != K) keep->st = m->ops->pack_bf16(m->ctx, wb + K, kx, wq, OUT, K);
-    return keep->st ? NULL : wb;
+    fp4rl_status st = m->ops->pack_bf16(m->ctx, wb, kx, wq, OUT, K);
+    if (!st && kx != K) st = m->ops->pack_bf16(m->ctx, wb + K, kx, wq, OUT, K);
+    return st;
 }
 
 /* The fused activation operand of x [N, K] (fast_cols(f, K) columns), NULL on failure (a->st). */
@@ -175,10 +173,12 @@ typedef struct engine {
     fp4rl_linear_spec s_qk, s_blk, s_head;
     fast_plan f_qk, f_blk, f_head;
     int resq, share_qkv, kv_bf16;
+    int fuse_qkv, fuse_gu;        /* q/k/v as one GEMM (+ qkv_rope_store), gate/up as one (+ swiglu_rows) */
     int lockstep;                 /* the lockstep schedule: row-coupled numerics (or tests asked for it) */
     fp4rl_att_numerics att_nm;
     float **wq, *whead;
-    uint16_t **wb, *whead_b;
+    uint16_t **wb, *whead_b;      /* fused groups: a group's weights are consecutive rows of one buffer */
+    float *bqkv;                  /* fuse_qkv: [L, QD + 2 KD], each layer's q | k | v biases */
     unsigned long long *counts64; /* fused path's underflow counts [L, FP4RL_LIN_COUNT, 2] */
     float *counts;                /* generic path's */
     void **kc, **vc;              /* [L] caches of rows x Hkv * D */
@@ -189,6 +189,40 @@ typedef struct engine {
     int64_t pad_rowsteps;         /* pad rows run, whose counts finish_counts takes off */
     fp4rl_arena keep;
 } engine;
+
+/* The fused groups' layout: the first linear of r's group, r's first row in the group's buffer,
+ * and the group's rows (q | k | v and gate | up when fused; any other linear is its own group). */
+static int fused_first(const engine *e, int r)
+{
+    if (e->fuse_qkv && r <= FP4RL_LIN_V) return FP4RL_LIN_Q;
+    if (e->fuse_gu && r == FP4RL_LIN_UP) return FP4RL_LIN_GATE;
+    return r;
+}
+static int64_t lin_rows(const engine *e, int r)
+{
+    const fp4rl_hf_config *c = &e->m->cfg;
+    const int64_t D = c->head_dim;
+    switch (r) {
+    case FP4RL_LIN_Q: return c->num_attention_heads * D;
+    case FP4RL_LIN_K:
+    case FP4RL_LIN_V: return c->num_key_value_heads * D;
+    case FP4RL_LIN_GATE:
+    case FP4RL_LIN_UP: return c->intermediate_size;
+    default: return c->hidden_size;
+    }
+}
+static int64_t fused_offset(const engine *e, int r)
+{
+    int64_t off = 0;
+    for (int g = fused_first(e, r); g < r; g++) off += lin_rows(e, g);
+    return off;
+}
+static int64_t fused_rows(const engine *e, int r)
+{
+    int64_t n = 0;
+    for (int g = r; g < FP4RL_LIN_COUNT && fused_first(e, g) == r; g++) n += lin_rows(e, g);
+    return n;
+}
 
 /* Step 1: the plans and the schedule, the rollout copy of every weight, the counters and the
  * caches for B sequences of prompts of prompt_rows tokens in all (max_keys = max prompt + max_new,
@@ -212,6 +246,8 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
     e->f_blk = plan_fast(m, &e->s_blk, e->resq);
     e->f_head = plan_fast(m, &e->s_head, 0);
     e->share_qkv = same_plan(&e->f_qk, &e->f_blk);
+    e->fuse_qkv = e->share_qkv && m->ops->qkv_rope_store;
+    e->fuse_gu = e->f_blk.on && m->ops->swiglu_rows;
     /* the schedule: batched unless the activations' numerics couple the rows of a batch */
     e->lockstep = m->rollout_lockstep || !row_local(m, &e->s_qk, e->resq) || !row_local(m, &e->s_blk, e->resq) ||
                   !row_local(m, &e->s_head, 0);
@@ -244,9 +280,16 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
             fp4rl_arena tmp = {.ctx = ctx}, *wa = f->on ? &tmp : keep; /* the fused path keeps only BF16 */
             *wq = fp4rl_arena_f32(wa, p->numel);
             st = wa->st ? wa->st : fp4rl_linear_operand(m, wa, *wq, w, p->dims[0], p->dims[1], s, FP4RL_ROLE_WEIGHT, 0);
-            if (!st && f->on) {
-                e->wb[l * FP4RL_LIN_COUNT + r] = fast_weight(m, keep, f, *wq, p->dims[0], p->dims[1]);
+            if (!st && f->on) { /* into its fused group's buffer (made by the group's first linear) */
+                const int g = fused_first(e, r);
+                if (g == r) e->wb[l * FP4RL_LIN_COUNT + r] = fp4rl_arena_alloc(keep, fused_rows(e, r) * fast_cols(f, p->dims[1]), sizeof(uint16_t));
+                uint16_t *dst = e->wb[l * FP4RL_LIN_COUNT + g];
                 st = keep->st;
+                if (!st) {
+                    dst += fused_offset(e, r) * fast_cols(f, p->dims[1]);
+                    e->wb[l * FP4RL_LIN_COUNT + r] = dst;
+                    st = fast_weight(m, dst, f, *wq, p->dims[0], p->dims[1]);
+                }
             }
             if (f->on) fp4rl_arena_free(&tmp);
         }
@@ -257,8 +300,19 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
         st = keep->st ? keep->st : fp4rl_linear_operand(m, keep, e->whead, head, V, C, &e->s_head, FP4RL_ROLE_WEIGHT, 0);
     }
     if (!st && e->f_head.on) {
-        e->whead_b = fast_weight(m, keep, &e->f_head, e->whead, V, C);
+        e->whead_b = fp4rl_arena_alloc(keep, V * fast_cols(&e->f_head, C), sizeof(uint16_t));
+        st = keep->st ? keep->st : fast_weight(m, e->whead_b, &e->f_head, e->whead, V, C);
+    }
+    if (!st && e->fuse_qkv) { /* the layers' q | k | v biases, side by side as the fused GEMM's outputs */
+        const int64_t QD = c->num_attention_heads * c->head_dim, W3 = QD + 2 * KD;
+        e->bqkv = fp4rl_arena_f32(keep, L * W3);
         st = keep->st;
+        for (int64_t l = 0; l < L && !st; l++) {
+            float *b = e->bqkv + l * W3;
+            st = m->ops->copy(ctx, b, fp4rl_model_w(m, fp4rl_model_lp((int)l, FP4RL_LP_Q_B)), QD);
+            if (!st) st = m->ops->copy(ctx, b + QD, fp4rl_model_w(m, fp4rl_model_lp((int)l, FP4RL_LP_K_B)), KD);
+            if (!st) st = m->ops->copy(ctx, b + QD + KD, fp4rl_model_w(m, fp4rl_model_lp((int)l, FP4RL_LP_V_B)), KD);
+        }
     }
     if (st) return st;
     e->counts64 = fp4rl_arena_alloc(keep, L * FP4RL_LIN_COUNT * 2, sizeof(unsigned long long));
@@ -320,6 +374,7 @@ typedef struct rollout_impl {
     int64_t N;
     const int32_t *kvrow, *seg; /* device */
     const uint16_t *xs;         /* the fused activation operand shared by q/k/v or gate/up, or NULL */
+    float *qkv, *gu;            /* the fused groups' GEMM outputs [N, QD + 2 KD], [N, 2I] */
 } rollout_impl;
 
 static fp4rl_status rollout_block_linear(void *user, int64_t l, int which, float *y, float *x, int64_t IN, int64_t OUT,
@@ -342,6 +397,38 @@ static fp4rl_status rollout_block_linear(void *user, int64_t l, int which, float
                                 e->counts + i * 2);
 }
 
+/* q/k/v as one GEMM on the shared activation operand of ln1 (its underflows counted at q's), then
+ * rope on q and on k, k and v going straight into the cache (fuse_qkv). */
+static fp4rl_status rollout_block_qkv(void *user, int64_t l, float *q, float *k, float *v, float *ln1, const int32_t *pos)
+{
+    rollout_impl *r = user;
+    const engine *e = r->e;
+    fp4rl_model *m = e->m;
+    const fp4rl_hf_config *c = &m->cfg;
+    const int64_t C = c->hidden_size, Hq = c->num_attention_heads, Hkv = c->num_key_value_heads, D = c->head_dim;
+    const int64_t i = l * FP4RL_LIN_COUNT + FP4RL_LIN_Q, W3 = (Hq + 2 * Hkv) * D;
+    (void)k, (void)v;
+    const uint16_t *xs = fast_act(m, r->step, &e->f_qk, ln1, r->N, C, e->counts64 + i * 2);
+    if (!xs) return r->step->st;
+    fp4rl_status st = m->ops->linear_forward_bf16(m->ctx, r->qkv, xs, e->wb[i], e->bqkv + l * W3, r->N, fast_cols(&e->f_qk, C), W3);
+    return st ? st : m->ops->qkv_rope_store(m->ctx, q, e->kc[l], e->vc[l], e->kv_bf16, r->qkv, pos, r->kvrow, r->N, Hq, Hkv, D,
+                                            (float)c->rope_theta);
+}
+
+/* gate/up as one GEMM on the shared activation operand of ln2 (counted at gate's), then SwiGLU of
+ * its two halves (fuse_gu). */
+static fp4rl_status rollout_block_gate_up(void *user, int64_t l, float *h, float *ln2)
+{
+    rollout_impl *r = user;
+    const engine *e = r->e;
+    fp4rl_model *m = e->m;
+    const int64_t C = m->cfg.hidden_size, I = m->cfg.intermediate_size, i = l * FP4RL_LIN_COUNT + FP4RL_LIN_GATE;
+    const uint16_t *xs = fast_act(m, r->step, &e->f_blk, ln2, r->N, C, e->counts64 + i * 2);
+    if (!xs) return r->step->st;
+    fp4rl_status st = m->ops->linear_forward_bf16(m->ctx, r->gu, xs, e->wb[i], NULL, r->N, fast_cols(&e->f_blk, C), 2 * I);
+    return st ? st : m->ops->swiglu_rows(m->ctx, h, r->gu, r->N, I);
+}
+
 static fp4rl_status rollout_block_attention(void *user, int64_t l, float *att, float *q, float *k, float *v)
 {
     const rollout_impl *r = user;
@@ -350,8 +437,11 @@ static fp4rl_status rollout_block_attention(void *user, int64_t l, float *att, f
     const fp4rl_ops *ops = e->m->ops;
     const fp4rl_hf_config *c = &e->m->cfg;
     const int64_t Hkv = c->num_key_value_heads, D = c->head_dim;
-    fp4rl_status st = ops->kv_store(ctx, e->kc[l], e->kv_bf16, k, r->kvrow, r->N, Hkv * D);
-    if (!st) st = ops->kv_store(ctx, e->vc[l], e->kv_bf16, v, r->kvrow, r->N, Hkv * D);
+    fp4rl_status st = FP4RL_OK;
+    if (!e->fuse_qkv) { /* else rollout_block_qkv stored them */
+        st = ops->kv_store(ctx, e->kc[l], e->kv_bf16, k, r->kvrow, r->N, Hkv * D);
+        if (!st) st = ops->kv_store(ctx, e->vc[l], e->kv_bf16, v, r->kvrow, r->N, Hkv * D);
+    }
     if (!st)
         st = ops->attention_rows(ctx, att, q, e->kc[l], e->vc[l], e->kv_bf16, r->seg, r->N, e->max_keys, c->num_attention_heads,
                                  Hkv, D, e->att_nm);
@@ -374,9 +464,14 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     const int64_t L = c->num_hidden_layers, QD = c->num_attention_heads * c->head_dim, KD = c->num_key_value_heads * c->head_dim;
     const float eps = (float)c->rms_norm_eps;
     float *x = fp4rl_arena_f32(step, N * C), *ln = fp4rl_arena_f32(step, N * C), *rstd = fp4rl_arena_f32(step, N);
-    float *q = fp4rl_arena_f32(step, N * QD), *k = fp4rl_arena_f32(step, N * KD), *v = fp4rl_arena_f32(step, N * KD);
+    /* fused groups: one GEMM output in place of k and v, of gate and up */
+    float *q = fp4rl_arena_f32(step, N * QD), *qkv = NULL, *k = NULL, *v = NULL, *gu = NULL, *gate = NULL, *up = NULL;
+    if (e->fuse_qkv) qkv = fp4rl_arena_f32(step, N * (QD + 2 * KD));
+    else k = fp4rl_arena_f32(step, N * KD), v = fp4rl_arena_f32(step, N * KD);
+    if (e->fuse_gu) gu = fp4rl_arena_f32(step, N * 2 * I);
+    else gate = fp4rl_arena_f32(step, N * I), up = fp4rl_arena_f32(step, N * I);
     float *att = fp4rl_arena_f32(step, N * QD), *o = fp4rl_arena_f32(step, N * C), *x1 = fp4rl_arena_f32(step, N * C);
-    float *gate = fp4rl_arena_f32(step, N * I), *up = fp4rl_arena_f32(step, N * I), *h = fp4rl_arena_f32(step, N * I);
+    float *h = fp4rl_arena_f32(step, N * I);
     float *xh = use_hidx ? fp4rl_arena_f32(step, Nh * C) : x, *lnh = use_hidx ? fp4rl_arena_f32(step, Nh * C) : ln;
     float *rstdh = fp4rl_arena_f32(step, Nh), *logits = fp4rl_arena_f32(step, Nh * V);
     fp4rl_status st = step->st;
@@ -384,8 +479,9 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     const int32_t *d_tok = d, *d_pos = d + N, *d_kvrow = d + 2 * N, *d_seg = d + 3 * N, *d_hidx = d + 7 * N;
     const int32_t *d_steps = d_hidx + Nh, *d_seqs = d_steps + Nh;
 #define TRY(call) do { if ((st = (call)) != FP4RL_OK) return st; } while (0)
-    rollout_impl r = {.e = e, .step = step, .N = N, .kvrow = d_kvrow, .seg = d_seg};
-    const fp4rl_block_impl impl = {rollout_block_linear, rollout_block_attention, &r};
+    rollout_impl r = {.e = e, .step = step, .N = N, .kvrow = d_kvrow, .seg = d_seg, .qkv = qkv, .gu = gu};
+    const fp4rl_block_impl impl = {.linear = rollout_block_linear, .attention = rollout_block_attention, .user = &r,
+                                   .qkv = e->fuse_qkv ? rollout_block_qkv : NULL, .gate_up = e->fuse_gu ? rollout_block_gate_up : NULL};
     const fp4rl_block_bufs b = {.x_in = x, .ln1 = ln, .rstd1 = rstd, .q = q, .k = k, .v = v, .att = att, .o = o, .x1 = x1,
                                 .ln2 = ln, .rstd2 = rstd, .gate = gate, .up = up, .h = h, .x_out = x};
     TRY(ops->embedding_forward(ctx, x, d_tok, fp4rl_model_w(m, fp4rl_model_p_embed()), N, V, C));
