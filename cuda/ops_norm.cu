@@ -10,15 +10,28 @@ using namespace fp4rl_cuda_ops_detail;
 
 namespace {
 
+/* With b (residual_rmsnorm) the row is first a + b, written to sum (which may alias a or b: each
+ * thread reads its own elements before it writes them) and read back by the same thread. */
 __global__ void __launch_bounds__(RED_THREADS) rmsnorm_fwd_k(float *out, float *rstd, const float *x, const float *weight, int64_t C,
-                                                             float eps)
+                                                             float eps, const float *b, float *sum)
 {
     __shared__ double sh[RED_THREADS];
     const int64_t n = blockIdx.x;
     const float *xr = x + n * C;
     float *o = out + n * C;
     double ss = 0.0;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss += (double)xr[c] * xr[c];
+    if (b) {
+        const float *br = b + n * C;
+        float *sr = sum + n * C;
+        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+            const float v = xr[c] + br[c];
+            sr[c] = v;
+            ss += (double)v * v;
+        }
+        xr = sr;
+    } else {
+        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss += (double)xr[c] * xr[c];
+    }
     ss = block_sum(ss, sh);
     const float r = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) o[c] = (xr[c] * r) * weight[c];
@@ -58,8 +71,18 @@ fp4rl_status fp4rl_cuda_rmsnorm_forward(fp4rl_context *ctx, float *out, float *r
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
-    rmsnorm_fwd_k<<<(unsigned)N, RED_THREADS, 0, s>>>(out, rstd, x, weight, C, eps);
+    rmsnorm_fwd_k<<<(unsigned)N, RED_THREADS, 0, s>>>(out, rstd, x, weight, C, eps, nullptr, nullptr);
     return fp4rl_cuda_check_launch(ctx, "rmsnorm_forward");
+}
+
+fp4rl_status fp4rl_cuda_residual_rmsnorm(fp4rl_context *ctx, float *sum, float *out, float *rstd, const float *a, const float *b,
+                                         const float *weight, int64_t N, int64_t C, float eps)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    rmsnorm_fwd_k<<<(unsigned)N, RED_THREADS, 0, s>>>(out, rstd, a, weight, C, eps, b, sum);
+    return fp4rl_cuda_check_launch(ctx, "residual_rmsnorm");
 }
 
 fp4rl_status fp4rl_cuda_rmsnorm_backward(fp4rl_context *ctx, float *dx, float *dweight, const float *dout, const float *x,

@@ -459,6 +459,30 @@ START_TEST(test_fused_block_ops)
     void *a = down(dh, (size_t)(N * I) * 4), *b = down(dh2, (size_t)(N * I) * 4);
     ck_assert_msg(!memcmp(a, b, (size_t)(N * I) * 4), "swiglu_rows differs from the GPU's swiglu_forward");
     free(a), free(b);
+    /* residual_rmsnorm, also with the sum over one of its inputs (training writes x1 apart, the
+     * rollout in place) */
+    const int64_t Cn = 896;
+    float *ra = rnd(N * Cn, 3), *rb = rnd(N * Cn, 3), *rw = rnd(Cn, 1), *rs = malloc((size_t)(N * Cn) * 4);
+    float *ro = malloc((size_t)(N * Cn) * 4), *rr = malloc((size_t)N * 4);
+    float *dra = upf(ra, N * Cn), *drb = upf(rb, N * Cn), *drw = upf(rw, Cn), *drs = upf(ra, N * Cn), *dro = upf(ra, N * Cn);
+    float *drs2 = upf(ra, N * Cn), *dro2 = upf(ra, N * Cn), *drr = upf(ra, N), *drr2 = upf(ra, N);
+    C->residual_rmsnorm(cpu, rs, ro, rr, ra, rb, rw, N, Cn, 1e-6f);
+    OKG(G->residual_rmsnorm(gpu, drs, dro, drr, dra, drb, drw, N, Cn, 1e-6f));
+    OKG(G->residual_forward(gpu, drs2, dra, drb, N * Cn));
+    OKG(G->rmsnorm_forward(gpu, dro2, drr2, drs2, drw, N, Cn, 1e-6f));
+    cmp("residual_rmsnorm sum", drs, rs, N * Cn, 0);
+    cmp("residual_rmsnorm out", dro, ro, N * Cn, 1e-6);
+    float *got[3] = {down(drs, (size_t)(N * Cn) * 4), down(dro, (size_t)(N * Cn) * 4), down(drr, (size_t)N * 4)};
+    float *want[3] = {down(drs2, (size_t)(N * Cn) * 4), down(dro2, (size_t)(N * Cn) * 4), down(drr2, (size_t)N * 4)};
+    ck_assert_msg(!memcmp(got[0], want[0], (size_t)(N * Cn) * 4) && !memcmp(got[1], want[1], (size_t)(N * Cn) * 4) &&
+                      !memcmp(got[2], want[2], (size_t)N * 4),
+                  "residual_rmsnorm differs from the GPU's residual_forward + rmsnorm_forward");
+    OKG(G->residual_rmsnorm(gpu, dra, dro, drr, dra, drb, drw, N, Cn, 1e-6f)); /* in place over a */
+    float *inplace = down(dro, (size_t)(N * Cn) * 4);
+    ck_assert_msg(!memcmp(inplace, want[1], (size_t)(N * Cn) * 4), "residual_rmsnorm in place differs");
+    for (int i = 0; i < 3; i++) free(got[i]), free(want[i]);
+    free(inplace), free(ra), free(rb), free(rw), free(rs), free(ro), free(rr);
+    dfree(dra), dfree(drb), dfree(drw), dfree(drs), dfree(dro), dfree(drs2), dfree(dro2), dfree(drr), dfree(drr2);
     free(qkv), free(q), free(kf), free(vf), free(gu), free(h);
     dfree(dqkv), dfree(dq), dfree(dq2), dfree(dk), dfree(dv), dfree(dpos), dfree(drows), dfree(dkc), dfree(dvc), dfree(dkc2), dfree(dvc2);
     dfree(dgu), dfree(dh), dfree(dh2);

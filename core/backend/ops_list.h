@@ -27,6 +27,10 @@ FP4RL_OP(fp4rl_status, embedding_backward, (fp4rl_context *ctx, float *dwte, con
  * Backward: dx += ..., dweight += ... (dweight optional). */
 FP4RL_OP(fp4rl_status, rmsnorm_forward, (fp4rl_context *ctx, float *out, float *rstd, const float *x,
          const float *weight, int64_t N, int64_t C, float eps))
+/* sum = a + b (residual_forward), then out, rstd = rmsnorm_forward(sum): one pass, bit for bit the
+ * two ops (a block's residual and the next norm; sum may be a or b). */
+FP4RL_OP(fp4rl_status, residual_rmsnorm, (fp4rl_context *ctx, float *sum, float *out, float *rstd, const float *a,
+         const float *b, const float *weight, int64_t N, int64_t C, float eps))
 FP4RL_OP(fp4rl_status, rmsnorm_backward, (fp4rl_context *ctx, float *dx, float *dweight, const float *dout,
          const float *x, const float *weight, const float *rstd, int64_t N, int64_t C))
 

@@ -41,3 +41,10 @@ fp4rl_status fp4rl_cpu_rmsnorm_backward(fp4rl_context *ctx, float *dx, float *dw
     }
     return FP4RL_OK;
 }
+
+fp4rl_status fp4rl_cpu_residual_rmsnorm(fp4rl_context *ctx, float *sum, float *out, float *rstd, const float *a, const float *b,
+                                        const float *weight, int64_t N, int64_t C, float eps)
+{
+    fp4rl_status st = fp4rl_cpu_residual_forward(ctx, sum, a, b, N * C);
+    return st ? st : fp4rl_cpu_rmsnorm_forward(ctx, out, rstd, sum, weight, N, C, eps);
+}

@@ -39,8 +39,7 @@ fp4rl_status fp4rl_block_steps(fp4rl_model *m, int64_t l, int64_t N, const int32
     }
     TRY(impl->attention(u, l, b->att, b->q, b->k, b->v));
     TRY(impl->linear(u, l, FP4RL_LIN_O, b->o, b->att, QD, C, NULL));
-    TRY(ops->residual_forward(ctx, b->x1, b->x_in, b->o, N * C));
-    TRY(ops->rmsnorm_forward(ctx, b->ln2, b->rstd2, b->x1, W(l, FP4RL_LP_LN2), N, C, eps));
+    TRY(ops->residual_rmsnorm(ctx, b->x1, b->ln2, b->rstd2, b->x_in, b->o, W(l, FP4RL_LP_LN2), N, C, eps));
     if (impl->gate_up) {
         TRY(impl->gate_up(u, l, b->h, b->ln2));
     } else {
