@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(256) act_qdq_k(uint16_t *out, unsigned long lo
                                                  uint64_t offset)
 {
     const int two = resq == FP4RL_RESQ_DENSE || resq == FP4RL_RESQ_2_4;
-    const int64_t gpr = (K + BS - 1) / BS * (BS / 8), ld = two ? 2 * K : K; /* groups per row, whole blocks */
+    const int64_t gpr = (K + BS - 1) / BS * (BS / 8), ld = K; /* groups per row, whole blocks; the residual's rows follow */
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;   /* every lane runs: shuffles */
     const int64_t n = i / gpr, g = i - n * gpr, k0 = g * 8;
     const int h = (int)(g % (BS / 8));
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(256) act_qdq_k(uint16_t *out, unsigned long lo
         qdq_group<BS>(fmt, r, r, h, truncation_free, nearest);
         /* padding zeros sort after a group's real elements, so the kept real ones are the CPU's */
         if (resq == FP4RL_RESQ_2_4) fp4rl_mask_2_4_group(r, 4), fp4rl_mask_2_4_group(r + 4, 4);
-        if (valid) store_bf16x8(out + n * ld + K + k0, r, valid, vec);
+        if (valid) store_bf16x8(out + (N + n) * ld + k0, r, valid, vec);
     }
     if (!counts) return;
     for (int m = 16; m > 0; m >>= 1) { /* integer sums: exact whatever the order */
@@ -205,6 +205,15 @@ __global__ void pack_bf16_x4_k(uint2 *dst, const float4 *src, int64_t n4)
     }
 }
 
+/* add_halves: the CPU's expression, (top + b) + bottom */
+__global__ void add_halves_k(float *y, const float *ys, const float *b, int64_t N, int64_t OUT)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * OUT; i += (int64_t)gridDim.x * blockDim.x) {
+        const float top = b ? ys[i] + b[i % OUT] : ys[i];
+        y[i] = top + ys[N * OUT + i];
+    }
+}
+
 } // namespace
 
 fp4rl_status fp4rl_cuda_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned long long *counts, const float *x, int64_t N,
@@ -223,6 +232,15 @@ fp4rl_status fp4rl_cuda_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned 
     if (bs == 64) act_qdq_k<64><<<grid, 256, 0, s>>>(out, counts, x, N, K, fmt, truncation_free, resq, 0, 0, 0);
     else act_qdq_k<32><<<grid, 256, 0, s>>>(out, counts, x, N, K, fmt, truncation_free, resq, 0, 0, 0);
     return fp4rl_cuda_check_launch(ctx, "rollout_act");
+}
+
+fp4rl_status fp4rl_cuda_add_halves(fp4rl_context *ctx, float *y, const float *ys, const float *b, int64_t N, int64_t OUT)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st) return st;
+    add_halves_k<<<ew_grid(N * OUT), 256, 0, s>>>(y, ys, b, N, OUT);
+    return fp4rl_cuda_check_launch(ctx, "add_halves");
 }
 
 fp4rl_status fp4rl_cuda_qdq_bf16(fp4rl_context *ctx, uint16_t *dst, const float *src, int64_t rows, int64_t cols, int fmt,

@@ -483,6 +483,16 @@ START_TEST(test_fused_block_ops)
     for (int i = 0; i < 3; i++) free(got[i]), free(want[i]);
     free(inplace), free(ra), free(rb), free(rw), free(rs), free(ro), free(rr);
     dfree(dra), dfree(drb), dfree(drw), dfree(drs), dfree(dro), dfree(drs2), dfree(dro2), dfree(drr), dfree(drr2);
+    /* add_halves: ResQ's two GEMM halves, with and without bias, bit for bit the CPU */
+    for (int with_b = 0; with_b < 2; with_b++) {
+        float *ys = rnd(2 * N * I, 5), *hb = rnd(I, 1), *y = malloc((size_t)(N * I) * 4);
+        float *dys = upf(ys, 2 * N * I), *dhb = upf(hb, I), *dy = upf(ys, N * I);
+        C->add_halves(cpu, y, ys, with_b ? hb : NULL, N, I);
+        OKG(G->add_halves(gpu, dy, dys, with_b ? dhb : NULL, N, I));
+        cmp(with_b ? "add_halves (bias)" : "add_halves", dy, y, N * I, 0);
+        free(ys), free(hb), free(y);
+        dfree(dys), dfree(dhb), dfree(dy);
+    }
     free(qkv), free(q), free(kf), free(vf), free(gu), free(h);
     dfree(dqkv), dfree(dq), dfree(dq2), dfree(dk), dfree(dv), dfree(dpos), dfree(drows), dfree(dkc), dfree(dvc), dfree(dkc2), dfree(dvc2);
     dfree(dgu), dfree(dh), dfree(dh2);
@@ -668,7 +678,7 @@ START_TEST(test_rollout_fused_ops)
     const int fmts[4] = {-1, FP4RL_QDQ_MXFP4, FP4RL_QDQ_HIF4, FP4RL_QDQ_MXFP8};
     for (int f = 0; f < 4; f++)
         for (int resq = FP4RL_RESQ_OFF; resq <= FP4RL_RESQ_2_4; resq++) {
-            const int64_t ld = (fmts[f] >= 0 && resq != FP4RL_RESQ_OFF) ? 2 * K : K;
+            const int64_t ld = K * ((fmts[f] >= 0 && resq != FP4RL_RESQ_OFF) ? 2 : 1); /* ResQ: 2N rows of K */
             uint16_t *oc = malloc((size_t)(N * ld) * 2), *og;
             unsigned long long cc[2] = {0, 0}, *cg, *dc;
             void *dout = NULL;

@@ -118,8 +118,8 @@ START_TEST(test_act_matches_generic)
                     memcpy(rm, rq, (size_t)(N * K) * sizeof(float));
                     OK(fp4rl_cpu_ops.resq_mask(ctx, rm, N, K, resqs[ri]));
                     const int two = resqs[ri] != FP4RL_RESQ_OFF;
-                    const int64_t ld = two ? 2 * K : K;
-                    uint16_t *out = malloc((size_t)(N * ld) * sizeof(uint16_t));
+                    const int64_t ld = K; /* rows 0 .. N-1: xq; N .. 2N-1: the residual */
+                    uint16_t *out = malloc((size_t)((two ? 2 : 1) * N * ld) * sizeof(uint16_t));
                     unsigned long long counts[2] = {7, 9}; /* accumulates */
                     OK(fp4rl_cpu_ops.rollout_act(ctx, out, counts, x, N, K, qfmt[f], tf, resqs[ri]));
                     for (int64_t n = 0; n < N; n++)
@@ -128,9 +128,9 @@ START_TEST(test_act_matches_generic)
                                           "%s tf %d resq %d [%lld,%lld]: xq %04x, generic %g", fp4rl_dtype_name(fmts[f]), tf,
                                           resqs[ri], (long long)n, (long long)k, out[n * ld + k], xq[n * K + k]);
                             if (two)
-                                ck_assert_msg(same_bf16(out[n * ld + K + k], rm[n * K + k]),
+                                ck_assert_msg(same_bf16(out[(N + n) * ld + k], rm[n * K + k]),
                                               "%s tf %d resq %d [%lld,%lld]: residual %04x, generic %g", fp4rl_dtype_name(fmts[f]),
-                                              tf, resqs[ri], (long long)n, (long long)k, out[n * ld + K + k], rm[n * K + k]);
+                                              tf, resqs[ri], (long long)n, (long long)k, out[(N + n) * ld + k], rm[n * K + k]);
                         }
                     ck_assert_uint_eq(counts[0], 7 + (unsigned long long)ref_counts[0]);
                     ck_assert_uint_eq(counts[1], 9 + (unsigned long long)ref_counts[1]);

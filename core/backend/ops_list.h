@@ -240,9 +240,10 @@ FP4RL_OP(fp4rl_status, nucleus_logprobs_backward, (fp4rl_context *ctx, float *dl
  * value written is exactly representable, so the GEMM's products are the generic path's:
  *   fmt < 0: x rounded to BF16 (BF16 numerics); out [N, K].
  *   fmt = FP4RL_QDQ_* (qdq_block.h): xq = dequantize(quantize(x)), 1D blocks along K, round to
- *   nearest. resq = FP4RL_RESQ_DENSE or _2_4: out [N, 2K], row n = xq | S(qdq(x - xq)) (the
- *   residual re-quantized with fresh scales, masked as resq_mask does), so one GEMM against
- *   [Wq | Wq] gives Q(x) Wq^T + S(Q(R)) Wq^T; resq = OFF: out [N, K] = xq.
+ *   nearest. resq = FP4RL_RESQ_DENSE or _2_4: out [2N, K], rows 0 .. N-1 = xq, rows N .. 2N-1 =
+ *   S(qdq(x - xq)) (the residual re-quantized with fresh scales, masked as resq_mask does), so
+ *   one GEMM of 2N rows reads Wq once for Q(x) Wq^T and S(Q(R)) Wq^T (add_halves then adds
+ *   them); resq = OFF: out [N, K] = xq.
  * counts (fmt >= 0; may be NULL): counts[0] += #{x != 0}, counts[1] += #{x != 0, xq == 0},
  * integer sums, exact and order-free. */
 FP4RL_OP(fp4rl_status, rollout_act, (fp4rl_context *ctx, uint16_t *out, unsigned long long *counts, const float *x,
@@ -256,6 +257,10 @@ FP4RL_OP(fp4rl_status, rollout_act, (fp4rl_context *ctx, uint16_t *out, unsigned
  * fp4rl_quantize, fp4rl_dequantize, transpose back, BF16. */
 FP4RL_OP(fp4rl_status, qdq_bf16, (fp4rl_context *ctx, uint16_t *dst, const float *src, int64_t rows, int64_t cols,
          int fmt, int truncation_free, int along_rows, int stochastic, uint64_t seed, uint64_t offset))
+/* y [N, OUT] = (ys[n, :] + b) + ys[N + n, :] over ys [2N, OUT] (b [OUT] or NULL): the two halves
+ * of a Rollout-ResQ GEMM, the quantized activation's and the residual's, added as the generic
+ * path adds its two GEMMs. */
+FP4RL_OP(fp4rl_status, add_halves, (fp4rl_context *ctx, float *y, const float *ys, const float *b, int64_t N, int64_t OUT))
 /* y [N, OUT] = x [N, IN] w^T (+ b): BF16 operands (bit patterns), FP32 products and sums. */
 FP4RL_OP(fp4rl_status, linear_forward_bf16, (fp4rl_context *ctx, float *y, const uint16_t *x, const uint16_t *w,
          const float *b, int64_t N, int64_t IN, int64_t OUT))

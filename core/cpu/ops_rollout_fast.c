@@ -11,7 +11,7 @@ fp4rl_status fp4rl_cpu_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned l
 {
     (void)ctx;
     const int two = fmt >= 0 && (resq == FP4RL_RESQ_DENSE || resq == FP4RL_RESQ_2_4);
-    const int64_t ld = two ? 2 * K : K;
+    const int64_t ld = K; /* the residual's rows follow the N rows of xq */
     if (fmt < 0) {
         for (int64_t n = 0; n < N; n++)
             for (int64_t k = 0; k < K; k++) out[n * ld + k] = fp4rl_f32_to_bf16(x[n * K + k]);
@@ -35,7 +35,7 @@ fp4rl_status fp4rl_cpu_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned l
             fp4rl_qdq_block(fmt, r, r, len, truncation_free);
             if (resq == FP4RL_RESQ_2_4) /* block starts are multiples of 4, so the groups are the row's */
                 for (int i = 0; i < len; i += 4) fp4rl_mask_2_4_group(r + i, len - i < 4 ? len - i : 4);
-            for (int i = 0; i < len; i++) out[n * ld + K + k0 + i] = fp4rl_f32_to_bf16(r[i]);
+            for (int i = 0; i < len; i++) out[(N + n) * ld + k0 + i] = fp4rl_f32_to_bf16(r[i]);
         }
     if (counts) {
         counts[0] += nz;
@@ -64,6 +64,17 @@ fp4rl_status fp4rl_cpu_qdq_bf16(fp4rl_context *ctx, uint16_t *dst, const float *
             }
             fp4rl_qdq_block_u(fmt, x, x, n, truncation_free, stochastic ? u : NULL);
             for (int i = 0; i < n; i++) dst[l * ls + (k0 + i) * ks] = fp4rl_f32_to_bf16(x[i]);
+        }
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_cpu_add_halves(fp4rl_context *ctx, float *y, const float *ys, const float *b, int64_t N, int64_t OUT)
+{
+    (void)ctx;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t o = 0; o < OUT; o++) {
+            const float top = b ? ys[n * OUT + o] + b[o] : ys[n * OUT + o];
+            y[n * OUT + o] = top + ys[(N + n) * OUT + o];
         }
     return FP4RL_OK;
 }

@@ -68,7 +68,8 @@ fp4rl_status fp4rl_rollout_linear(fp4rl_model *m, fp4rl_arena *a, const fp4rl_li
  * needs no statistic across rows: weights BF16 or MXFP4 / HiF4 (any tiles), activations BF16 or
  * MXFP4 / HiF4 in 1D blocks with round-to-nearest, ResQ off, dense or 2:4. The products are then
  * those of the generic path (dequantized operands in an FP32 GEMM), only summed in another order;
- * ResQ's two GEMMs become one over [Q(x) | S(Q(R))] and [Wq | Wq]. Anything else (FP32 numerics,
+ * ResQ's two GEMMs become one over the 2N rows [Q(x); S(Q(R))], reading Wq once, and its two
+ * halves are added (add_halves). Anything else (FP32 numerics,
  * NVFP4's tensor scale, MXFP8's possible BF16 subnormals, 2D activation tiles, stochastic
  * activations, channel-50 / block-50) runs the generic fp4rl_rollout_linear. */
 typedef struct fast_plan {
@@ -97,38 +98,44 @@ static fast_plan plan_fast(fp4rl_model *m, const fp4rl_linear_spec *s, int resq)
     return f;
 }
 
-/* Columns of the fused GEMM: K, or 2K with ResQ. */
-static int64_t fast_cols(const fast_plan *f, int64_t K)
+/* Row blocks of the fused activation operand: 2 with ResQ (Q(x), then S(Q(R))), else 1. */
+static int64_t fast_halves(const fast_plan *f)
 {
-    return f->fmt >= 0 && (f->resq == FP4RL_RESQ_DENSE || f->resq == FP4RL_RESQ_2_4) ? 2 * K : K;
+    return f->fmt >= 0 && (f->resq == FP4RL_RESQ_DENSE || f->resq == FP4RL_RESQ_2_4) ? 2 : 1;
 }
 
-/* The weight operand of a fused linear into wb [OUT, fast_cols(f, K)]: wq (the rollout weight
- * values, [OUT, K]) in BF16, twice side by side with ResQ. */
-static fp4rl_status fast_weight(fp4rl_model *m, uint16_t *wb, const fast_plan *f, const float *wq, int64_t OUT, int64_t K)
+/* The weight operand of a fused linear into wb [OUT, K]: wq (the rollout weight values) in BF16. */
+static fp4rl_status fast_weight(fp4rl_model *m, uint16_t *wb, const float *wq, int64_t OUT, int64_t K)
 {
-    const int64_t kx = fast_cols(f, K);
-    fp4rl_status st = m->ops->pack_bf16(m->ctx, wb, kx, wq, OUT, K);
-    if (!st && kx != K) st = m->ops->pack_bf16(m->ctx, wb + K, kx, wq, OUT, K);
-    return st;
+    return m->ops->pack_bf16(m->ctx, wb, K, wq, OUT, K);
 }
 
-/* The fused activation operand of x [N, K] (fast_cols(f, K) columns), NULL on failure (a->st). */
+/* The fused activation operand of x [N, K] (fast_halves(f) * N rows), NULL on failure (a->st). */
 static uint16_t *fast_act(fp4rl_model *m, fp4rl_arena *a, const fast_plan *f, const float *x, int64_t N, int64_t K,
                           unsigned long long *counts)
 {
-    uint16_t *xb = fp4rl_arena_alloc(a, N * fast_cols(f, K), sizeof(uint16_t));
+    uint16_t *xb = fp4rl_arena_alloc(a, fast_halves(f) * N * K, sizeof(uint16_t));
     if (xb) a->st = m->ops->rollout_act(m->ctx, xb, f->fmt >= 0 ? counts : NULL, x, N, K, f->fmt, f->tf, f->resq);
     return a->st ? NULL : xb;
 }
 
-/* y = x w^T + b with x from fast_act (or a shared one: xb_in not NULL). */
-static fp4rl_status fast_linear(fp4rl_model *m, fp4rl_arena *a, const fast_plan *f, float *y, const float *x,
+/* y [N, OUT] = xb w^T + b, xb from fast_act. With ResQ one GEMM of 2N rows (w read once) into ys
+ * [2N, OUT], then its halves added: Q(x) w^T + b + S(Q(R)) w^T, as the generic path's two GEMMs. */
+static fp4rl_status fast_gemm(fp4rl_model *m, const fast_plan *f, float *y, float *ys, const uint16_t *xb, const uint16_t *wb,
+                              const float *b, int64_t N, int64_t K, int64_t OUT)
+{
+    if (fast_halves(f) == 1) return m->ops->linear_forward_bf16(m->ctx, y, xb, wb, b, N, K, OUT);
+    fp4rl_status st = m->ops->linear_forward_bf16(m->ctx, ys, xb, wb, NULL, 2 * N, K, OUT);
+    return st ? st : m->ops->add_halves(m->ctx, y, ys, b, N, OUT);
+}
+
+/* y = x w^T + b with x from fast_act (or a shared one: xb_in not NULL); ys: fast_gemm's. */
+static fp4rl_status fast_linear(fp4rl_model *m, fp4rl_arena *a, const fast_plan *f, float *y, float *ys, const float *x,
                                 const uint16_t *wb, const float *b, int64_t N, int64_t K, int64_t OUT,
                                 unsigned long long *counts, const uint16_t *xb_in)
 {
     const uint16_t *xb = xb_in ? xb_in : fast_act(m, a, f, x, N, K, counts);
-    return xb ? m->ops->linear_forward_bf16(m->ctx, y, xb, wb, b, N, fast_cols(f, K), OUT) : a->st;
+    return xb ? fast_gemm(m, f, y, ys, xb, wb, b, N, K, OUT) : a->st;
 }
 
 static int same_plan(const fast_plan *a, const fast_plan *b)
@@ -282,13 +289,13 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
             st = wa->st ? wa->st : fp4rl_linear_operand(m, wa, *wq, w, p->dims[0], p->dims[1], s, FP4RL_ROLE_WEIGHT, 0);
             if (!st && f->on) { /* into its fused group's buffer (made by the group's first linear) */
                 const int g = fused_first(e, r);
-                if (g == r) e->wb[l * FP4RL_LIN_COUNT + r] = fp4rl_arena_alloc(keep, fused_rows(e, r) * fast_cols(f, p->dims[1]), sizeof(uint16_t));
+                if (g == r) e->wb[l * FP4RL_LIN_COUNT + r] = fp4rl_arena_alloc(keep, fused_rows(e, r) * p->dims[1], sizeof(uint16_t));
                 uint16_t *dst = e->wb[l * FP4RL_LIN_COUNT + g];
                 st = keep->st;
                 if (!st) {
-                    dst += fused_offset(e, r) * fast_cols(f, p->dims[1]);
+                    dst += fused_offset(e, r) * p->dims[1];
                     e->wb[l * FP4RL_LIN_COUNT + r] = dst;
-                    st = fast_weight(m, dst, f, *wq, p->dims[0], p->dims[1]);
+                    st = fast_weight(m, dst, *wq, p->dims[0], p->dims[1]);
                 }
             }
             if (f->on) fp4rl_arena_free(&tmp);
@@ -300,8 +307,8 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
         st = keep->st ? keep->st : fp4rl_linear_operand(m, keep, e->whead, head, V, C, &e->s_head, FP4RL_ROLE_WEIGHT, 0);
     }
     if (!st && e->f_head.on) {
-        e->whead_b = fp4rl_arena_alloc(keep, V * fast_cols(&e->f_head, C), sizeof(uint16_t));
-        st = keep->st ? keep->st : fast_weight(m, e->whead_b, &e->f_head, e->whead, V, C);
+        e->whead_b = fp4rl_arena_alloc(keep, V * C, sizeof(uint16_t));
+        st = keep->st ? keep->st : fast_weight(m, e->whead_b, e->whead, V, C);
     }
     if (!st && e->fuse_qkv) { /* the layers' q | k | v biases, side by side as the fused GEMM's outputs */
         const int64_t QD = c->num_attention_heads * c->head_dim, W3 = QD + 2 * KD;
@@ -375,6 +382,7 @@ typedef struct rollout_impl {
     const int32_t *kvrow, *seg; /* device */
     const uint16_t *xs;         /* the fused activation operand shared by q/k/v or gate/up, or NULL */
     float *qkv, *gu;            /* the fused groups' GEMM outputs [N, QD + 2 KD], [N, 2I] */
+    float *ys;                  /* ResQ: a fused GEMM's 2N rows (fast_gemm), or NULL */
 } rollout_impl;
 
 static fp4rl_status rollout_block_linear(void *user, int64_t l, int which, float *y, float *x, int64_t IN, int64_t OUT,
@@ -392,7 +400,7 @@ static fp4rl_status rollout_block_linear(void *user, int64_t l, int which, float
         if (shared && !r->xs) return r->step->st;
     }
     const uint16_t *xs = which == FP4RL_LIN_O || which == FP4RL_LIN_DOWN ? NULL : r->xs;
-    if (f->on) return fast_linear(e->m, r->step, f, y, x, e->wb[i], bias, r->N, IN, OUT, e->counts64 + i * 2, xs);
+    if (f->on) return fast_linear(e->m, r->step, f, y, r->ys, x, e->wb[i], bias, r->N, IN, OUT, e->counts64 + i * 2, xs);
     return fp4rl_rollout_linear(e->m, r->step, qk ? &e->s_qk : &e->s_blk, e->resq, y, x, e->wq[i], bias, r->N, IN, OUT,
                                 e->counts + i * 2);
 }
@@ -410,7 +418,7 @@ static fp4rl_status rollout_block_qkv(void *user, int64_t l, float *q, float *k,
     (void)k, (void)v;
     const uint16_t *xs = fast_act(m, r->step, &e->f_qk, ln1, r->N, C, e->counts64 + i * 2);
     if (!xs) return r->step->st;
-    fp4rl_status st = m->ops->linear_forward_bf16(m->ctx, r->qkv, xs, e->wb[i], e->bqkv + l * W3, r->N, fast_cols(&e->f_qk, C), W3);
+    fp4rl_status st = fast_gemm(m, &e->f_qk, r->qkv, r->ys, xs, e->wb[i], e->bqkv + l * W3, r->N, C, W3);
     return st ? st : m->ops->qkv_rope_store(m->ctx, q, e->kc[l], e->vc[l], e->kv_bf16, r->qkv, pos, r->kvrow, r->N, Hq, Hkv, D,
                                             (float)c->rope_theta);
 }
@@ -425,7 +433,7 @@ static fp4rl_status rollout_block_gate_up(void *user, int64_t l, float *h, float
     const int64_t C = m->cfg.hidden_size, I = m->cfg.intermediate_size, i = l * FP4RL_LIN_COUNT + FP4RL_LIN_GATE;
     const uint16_t *xs = fast_act(m, r->step, &e->f_blk, ln2, r->N, C, e->counts64 + i * 2);
     if (!xs) return r->step->st;
-    fp4rl_status st = m->ops->linear_forward_bf16(m->ctx, r->gu, xs, e->wb[i], NULL, r->N, fast_cols(&e->f_blk, C), 2 * I);
+    fp4rl_status st = fast_gemm(m, &e->f_blk, r->gu, r->ys, xs, e->wb[i], NULL, r->N, C, 2 * I);
     return st ? st : m->ops->swiglu_rows(m->ctx, h, r->gu, r->N, I);
 }
 
@@ -472,6 +480,12 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     else gate = fp4rl_arena_f32(step, N * I), up = fp4rl_arena_f32(step, N * I);
     float *att = fp4rl_arena_f32(step, N * QD), *o = fp4rl_arena_f32(step, N * C), *x1 = fp4rl_arena_f32(step, N * C);
     float *h = fp4rl_arena_f32(step, N * I);
+    /* ResQ's GEMMs of 2N rows: the widest output a fused linear has */
+    float *ys = NULL;
+    if (fast_halves(&e->f_qk) == 2 || fast_halves(&e->f_blk) == 2) {
+        int64_t w = QD + 2 * KD > 2 * I ? QD + 2 * KD : 2 * I;
+        ys = fp4rl_arena_f32(step, 2 * N * (w > C ? w : C));
+    }
     float *xh = use_hidx ? fp4rl_arena_f32(step, Nh * C) : x, *lnh = use_hidx ? fp4rl_arena_f32(step, Nh * C) : ln;
     float *rstdh = fp4rl_arena_f32(step, Nh), *logits = fp4rl_arena_f32(step, Nh * V);
     fp4rl_status st = step->st;
@@ -479,7 +493,7 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     const int32_t *d_tok = d, *d_pos = d + N, *d_kvrow = d + 2 * N, *d_seg = d + 3 * N, *d_hidx = d + 7 * N;
     const int32_t *d_steps = d_hidx + Nh, *d_seqs = d_steps + Nh;
 #define TRY(call) do { if ((st = (call)) != FP4RL_OK) return st; } while (0)
-    rollout_impl r = {.e = e, .step = step, .N = N, .kvrow = d_kvrow, .seg = d_seg, .qkv = qkv, .gu = gu};
+    rollout_impl r = {.e = e, .step = step, .N = N, .kvrow = d_kvrow, .seg = d_seg, .qkv = qkv, .gu = gu, .ys = ys};
     const fp4rl_block_impl impl = {.linear = rollout_block_linear, .attention = rollout_block_attention, .user = &r,
                                    .qkv = e->fuse_qkv ? rollout_block_qkv : NULL, .gate_up = e->fuse_gu ? rollout_block_gate_up : NULL};
     const fp4rl_block_bufs b = {.x_in = x, .ln1 = ln, .rstd1 = rstd, .q = q, .k = k, .v = v, .att = att, .o = o, .x1 = x1,
@@ -491,7 +505,7 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     if (use_hidx) TRY(ops->gather_rows(ctx, xh, x, d_hidx, Nh, C));
     TRY(ops->rmsnorm_forward(ctx, lnh, rstdh, xh, fp4rl_model_w(m, fp4rl_model_p_norm(m)), Nh, C, eps));
     if (e->f_head.on) {
-        TRY(fast_linear(m, step, &e->f_head, logits, lnh, e->whead_b, NULL, Nh, C, V, NULL, NULL));
+        TRY(fast_linear(m, step, &e->f_head, logits, NULL, lnh, e->whead_b, NULL, Nh, C, V, NULL, NULL));
     } else {
         if (e->s_head.mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUMERICS_BF16) TRY(ops->round_bf16(ctx, lnh, lnh, Nh * C));
         TRY(ops->linear_forward(ctx, logits, lnh, e->whead, NULL, Nh, C, V));
