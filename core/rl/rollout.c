@@ -129,13 +129,25 @@ static fp4rl_status fast_gemm(fp4rl_model *m, const fast_plan *f, float *y, floa
     return st ? st : m->ops->add_halves(m->ctx, y, ys, b, N, OUT);
 }
 
+/* A prefill's activation operands go back once their GEMM is queued (a chunk of 8,192 rows held
+ * each layer's to its end: 7B with ResQ, ~1 GB a layer). Decode steps keep theirs: a recorded
+ * graph's replays use every address it recorded, and the eager step before a recording is what
+ * leaves the allocator holding the recording's block sizes. */
+static void act_done(fp4rl_arena *a, int keep, const uint16_t *xb)
+{
+    if (!keep) fp4rl_arena_release(a, (void *)xb);
+}
+
 /* y = x w^T + b with x from fast_act (or a shared one: xb_in not NULL); ys: fast_gemm's. */
 static fp4rl_status fast_linear(fp4rl_model *m, fp4rl_arena *a, const fast_plan *f, float *y, float *ys, const float *x,
                                 const uint16_t *wb, const float *b, int64_t N, int64_t K, int64_t OUT,
-                                unsigned long long *counts, const uint16_t *xb_in)
+                                unsigned long long *counts, const uint16_t *xb_in, int keep)
 {
     const uint16_t *xb = xb_in ? xb_in : fast_act(m, a, f, x, N, K, counts);
-    return xb ? fast_gemm(m, f, y, ys, xb, wb, b, N, K, OUT) : a->st;
+    if (!xb) return a->st;
+    const fp4rl_status st = fast_gemm(m, f, y, ys, xb, wb, b, N, K, OUT);
+    if (!xb_in) act_done(a, keep, xb);
+    return st;
 }
 
 static int same_plan(const fast_plan *a, const fast_plan *b)
@@ -383,6 +395,7 @@ typedef struct rollout_impl {
     const uint16_t *xs;         /* the fused activation operand shared by q/k/v or gate/up, or NULL */
     float *qkv, *gu;            /* the fused groups' GEMM outputs [N, QD + 2 KD], [N, 2I] */
     float *ys;                  /* ResQ: a fused GEMM's 2N rows (fast_gemm), or NULL */
+    int keep;                   /* a decode step: its activation operands live to its end (act_done) */
 } rollout_impl;
 
 static fp4rl_status rollout_block_linear(void *user, int64_t l, int which, float *y, float *x, int64_t IN, int64_t OUT,
@@ -400,7 +413,8 @@ static fp4rl_status rollout_block_linear(void *user, int64_t l, int which, float
         if (shared && !r->xs) return r->step->st;
     }
     const uint16_t *xs = which == FP4RL_LIN_O || which == FP4RL_LIN_DOWN ? NULL : r->xs;
-    if (f->on) return fast_linear(e->m, r->step, f, y, r->ys, x, e->wb[i], bias, r->N, IN, OUT, e->counts64 + i * 2, xs);
+    if (f->on)
+        return fast_linear(e->m, r->step, f, y, r->ys, x, e->wb[i], bias, r->N, IN, OUT, e->counts64 + i * 2, xs, r->keep);
     return fp4rl_rollout_linear(e->m, r->step, qk ? &e->s_qk : &e->s_blk, e->resq, y, x, e->wq[i], bias, r->N, IN, OUT,
                                 e->counts + i * 2);
 }
@@ -419,6 +433,7 @@ static fp4rl_status rollout_block_qkv(void *user, int64_t l, float *q, float *k,
     const uint16_t *xs = fast_act(m, r->step, &e->f_qk, ln1, r->N, C, e->counts64 + i * 2);
     if (!xs) return r->step->st;
     fp4rl_status st = fast_gemm(m, &e->f_qk, r->qkv, r->ys, xs, e->wb[i], e->bqkv + l * W3, r->N, C, W3);
+    act_done(r->step, r->keep, xs);
     return st ? st : m->ops->qkv_rope_store(m->ctx, q, e->kc[l], e->vc[l], e->kv_bf16, r->qkv, pos, r->kvrow, r->N, Hq, Hkv, D,
                                             (float)c->rope_theta);
 }
@@ -434,6 +449,7 @@ static fp4rl_status rollout_block_gate_up(void *user, int64_t l, float *h, float
     const uint16_t *xs = fast_act(m, r->step, &e->f_blk, ln2, r->N, C, e->counts64 + i * 2);
     if (!xs) return r->step->st;
     fp4rl_status st = fast_gemm(m, &e->f_blk, r->gu, r->ys, xs, e->wb[i], NULL, r->N, C, 2 * I);
+    act_done(r->step, r->keep, xs);
     return st ? st : m->ops->swiglu_rows(m->ctx, h, r->gu, r->N, I);
 }
 
@@ -462,7 +478,7 @@ static fp4rl_status rollout_block_attention(void *user, int64_t l, float *att, f
  * linears and KV-cache attention. Nothing in it waits for the host, so it can be recorded as a
  * graph. */
 static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_arena *step, int64_t N, int64_t Nh,
-                                 int use_hidx, const int32_t *d, int32_t *d_samp, float *d_slogp)
+                                 int use_hidx, const int32_t *d, int32_t *d_samp, float *d_slogp, int keep)
 {
     fp4rl_model *m = e->m;
     fp4rl_context *ctx = m->ctx;
@@ -493,7 +509,8 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     const int32_t *d_tok = d, *d_pos = d + N, *d_kvrow = d + 2 * N, *d_seg = d + 3 * N, *d_hidx = d + 7 * N;
     const int32_t *d_steps = d_hidx + Nh, *d_seqs = d_steps + Nh;
 #define TRY(call) do { if ((st = (call)) != FP4RL_OK) return st; } while (0)
-    rollout_impl r = {.e = e, .step = step, .N = N, .kvrow = d_kvrow, .seg = d_seg, .qkv = qkv, .gu = gu, .ys = ys};
+    rollout_impl r = {.e = e, .step = step, .N = N, .kvrow = d_kvrow, .seg = d_seg, .qkv = qkv, .gu = gu, .ys = ys,
+                      .keep = keep};
     const fp4rl_block_impl impl = {.linear = rollout_block_linear, .attention = rollout_block_attention, .user = &r,
                                    .qkv = e->fuse_qkv ? rollout_block_qkv : NULL, .gate_up = e->fuse_gu ? rollout_block_gate_up : NULL};
     const fp4rl_block_bufs b = {.x_in = x, .ln1 = ln, .rstd1 = rstd, .q = q, .k = k, .v = v, .att = att, .o = o, .x1 = x1,
@@ -505,7 +522,7 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     if (use_hidx) TRY(ops->gather_rows(ctx, xh, x, d_hidx, Nh, C));
     TRY(ops->rmsnorm_forward(ctx, lnh, rstdh, xh, fp4rl_model_w(m, fp4rl_model_p_norm(m)), Nh, C, eps));
     if (e->f_head.on) {
-        TRY(fast_linear(m, step, &e->f_head, logits, NULL, lnh, e->whead_b, NULL, Nh, C, V, NULL, NULL));
+        TRY(fast_linear(m, step, &e->f_head, logits, NULL, lnh, e->whead_b, NULL, Nh, C, V, NULL, NULL, keep));
     } else {
         if (e->s_head.mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUMERICS_BF16) TRY(ops->round_bf16(ctx, lnh, lnh, Nh * C));
         TRY(ops->linear_forward(ctx, logits, lnh, e->whead, NULL, Nh, C, V));
@@ -545,7 +562,7 @@ static fp4rl_status forward_sample(engine *e, const fp4rl_rollout_cfg *cfg, cons
     step_io io;
     fp4rl_status st = io_alloc(&step, &io, rb->N, rb->Nh);
     if (!st) st = ctx->be->upload(ctx, io.d, rb->h, (size_t)(rb->N * 7 + rb->Nh * 3) * sizeof(int32_t));
-    if (!st) st = forward_core(e, cfg, &step, rb->N, rb->Nh, use_hidx, io.d, io.d_samp, io.d_slogp);
+    if (!st) st = forward_core(e, cfg, &step, rb->N, rb->Nh, use_hidx, io.d, io.d_samp, io.d_slogp, !use_hidx);
     if (!st) st = io_download(ctx, &io, rb->Nh, sampled, slogp);
     fp4rl_arena_free(&step);
     return st;
@@ -617,7 +634,7 @@ static fp4rl_status decode_step(engine *e, const fp4rl_rollout_cfg *cfg, const r
         st = io_alloc(&sg->a, &sg->io, rb->N, rb->N);
         if (!st) st = ctx->be->graph_begin(ctx);
         if (!st) {
-            st = forward_core(e, cfg, &sg->a, rb->N, rb->N, 0, sg->io.d, sg->io.d_samp, sg->io.d_slogp);
+            st = forward_core(e, cfg, &sg->a, rb->N, rb->N, 0, sg->io.d, sg->io.d_samp, sg->io.d_slogp, 1);
             const fp4rl_status end = ctx->be->graph_end(ctx, &sg->g); /* ends the capture in any case */
             if (!st) st = end;
         }
