@@ -138,15 +138,15 @@ static void act_done(fp4rl_arena *a, int keep, const uint16_t *xb)
     if (!keep) fp4rl_arena_release(a, (void *)xb);
 }
 
-/* y = x w^T + b with x from fast_act (or a shared one: xb_in not NULL); ys: fast_gemm's. */
+/* y = x w^T + b with x's operand from fast_act; ys: fast_gemm's. */
 static fp4rl_status fast_linear(fp4rl_model *m, fp4rl_arena *a, const fast_plan *f, float *y, float *ys, const float *x,
                                 const uint16_t *wb, const float *b, int64_t N, int64_t K, int64_t OUT,
-                                unsigned long long *counts, const uint16_t *xb_in, int keep)
+                                unsigned long long *counts, int keep)
 {
-    const uint16_t *xb = xb_in ? xb_in : fast_act(m, a, f, x, N, K, counts);
+    const uint16_t *xb = fast_act(m, a, f, x, N, K, counts);
     if (!xb) return a->st;
     const fp4rl_status st = fast_gemm(m, f, y, ys, xb, wb, b, N, K, OUT);
-    if (!xb_in) act_done(a, keep, xb);
+    act_done(a, keep, xb);
     return st;
 }
 
@@ -191,13 +191,13 @@ typedef struct engine {
     fp4rl_model *m;
     fp4rl_linear_spec s_qk, s_blk, s_head;
     fast_plan f_qk, f_blk, f_head;
-    int resq, share_qkv, kv_bf16;
-    int fuse_qkv, fuse_gu;        /* q/k/v as one GEMM (+ qkv_rope_store), gate/up as one (+ swiglu_rows) */
+    int resq, kv_bf16;
+    int share_qkv;                /* q/k/v read one operand: one GEMM (+ qkv_rope_store); gate/up: one whenever f_blk.on */
     int lockstep;                 /* the lockstep schedule: row-coupled numerics (or tests asked for it) */
     fp4rl_att_numerics att_nm;
     float **wq, *whead;
     uint16_t **wb, *whead_b;      /* fused groups: a group's weights are consecutive rows of one buffer */
-    float *bqkv;                  /* fuse_qkv: [L, QD + 2 KD], each layer's q | k | v biases */
+    float *bqkv;                  /* share_qkv: [L, QD + 2 KD], each layer's q | k | v biases */
     unsigned long long *counts64; /* fused path's underflow counts [L, FP4RL_LIN_COUNT, 2] */
     float *counts;                /* generic path's */
     void **kc, **vc;              /* [L] caches of rows x Hkv * D */
@@ -213,22 +213,13 @@ typedef struct engine {
  * and the group's rows (q | k | v and gate | up when fused; any other linear is its own group). */
 static int fused_first(const engine *e, int r)
 {
-    if (e->fuse_qkv && r <= FP4RL_LIN_V) return FP4RL_LIN_Q;
-    if (e->fuse_gu && r == FP4RL_LIN_UP) return FP4RL_LIN_GATE;
+    if (e->share_qkv && r <= FP4RL_LIN_V) return FP4RL_LIN_Q;
+    if (e->f_blk.on && r == FP4RL_LIN_UP) return FP4RL_LIN_GATE;
     return r;
 }
-static int64_t lin_rows(const engine *e, int r)
+static int64_t lin_rows(const engine *e, int r) /* linear r's outputs: its weight's rows */
 {
-    const fp4rl_hf_config *c = &e->m->cfg;
-    const int64_t D = c->head_dim;
-    switch (r) {
-    case FP4RL_LIN_Q: return c->num_attention_heads * D;
-    case FP4RL_LIN_K:
-    case FP4RL_LIN_V: return c->num_key_value_heads * D;
-    case FP4RL_LIN_GATE:
-    case FP4RL_LIN_UP: return c->intermediate_size;
-    default: return c->hidden_size;
-    }
+    return e->m->params[fp4rl_model_lp(0, fp4rl_lin_weight(r))].dims[0];
 }
 static int64_t fused_offset(const engine *e, int r)
 {
@@ -265,8 +256,6 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
     e->f_blk = plan_fast(m, &e->s_blk, e->resq);
     e->f_head = plan_fast(m, &e->s_head, 0);
     e->share_qkv = same_plan(&e->f_qk, &e->f_blk);
-    e->fuse_qkv = e->share_qkv && m->ops->qkv_rope_store;
-    e->fuse_gu = e->f_blk.on && m->ops->swiglu_rows;
     /* the schedule: batched unless the activations' numerics couple the rows of a batch */
     e->lockstep = m->rollout_lockstep || !row_local(m, &e->s_qk, e->resq) || !row_local(m, &e->s_blk, e->resq) ||
                   !row_local(m, &e->s_head, 0);
@@ -322,7 +311,7 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
         e->whead_b = fp4rl_arena_alloc(keep, V * C, sizeof(uint16_t));
         st = keep->st ? keep->st : fast_weight(m, e->whead_b, e->whead, V, C);
     }
-    if (!st && e->fuse_qkv) { /* the layers' q | k | v biases, side by side as the fused GEMM's outputs */
+    if (!st && e->share_qkv) { /* the layers' q | k | v biases, side by side as the fused GEMM's outputs */
         const int64_t QD = c->num_attention_heads * c->head_dim, W3 = QD + 2 * KD;
         e->bqkv = fp4rl_arena_f32(keep, L * W3);
         st = keep->st;
@@ -392,7 +381,6 @@ typedef struct rollout_impl {
     fp4rl_arena *step;
     int64_t N;
     const int32_t *kvrow, *seg; /* device */
-    const uint16_t *xs;         /* the fused activation operand shared by q/k/v or gate/up, or NULL */
     float *qkv, *gu;            /* the fused groups' GEMM outputs [N, QD + 2 KD], [N, 2I] */
     float *ys;                  /* ResQ: a fused GEMM's 2N rows (fast_gemm), or NULL */
     int keep;                   /* a decode step: its activation operands live to its end (act_done) */
@@ -406,21 +394,15 @@ static fp4rl_status rollout_block_linear(void *user, int64_t l, int which, float
     const int64_t i = l * FP4RL_LIN_COUNT + which;
     const int qk = which <= FP4RL_LIN_K;
     const fast_plan *f = qk ? &e->f_qk : &e->f_blk;
-    /* q, k, v read one input: one fused activation operand when their numerics agree; gate and up too */
-    const int shared = which == FP4RL_LIN_Q ? e->share_qkv : which == FP4RL_LIN_GATE ? e->f_blk.on : -1;
-    if (shared >= 0) {
-        r->xs = shared ? fast_act(e->m, r->step, f, x, r->N, IN, e->counts64 + i * 2) : NULL;
-        if (shared && !r->xs) return r->step->st;
-    }
-    const uint16_t *xs = which == FP4RL_LIN_O || which == FP4RL_LIN_DOWN ? NULL : r->xs;
-    if (f->on)
-        return fast_linear(e->m, r->step, f, y, r->ys, x, e->wb[i], bias, r->N, IN, OUT, e->counts64 + i * 2, xs, r->keep);
+    /* (q/k/v with one operand and gate/up on the fused path come through rollout_block_qkv and
+     * _gate_up: each linear here has an operand of its own) */
+    if (f->on) return fast_linear(e->m, r->step, f, y, r->ys, x, e->wb[i], bias, r->N, IN, OUT, e->counts64 + i * 2, r->keep);
     return fp4rl_rollout_linear(e->m, r->step, qk ? &e->s_qk : &e->s_blk, e->resq, y, x, e->wq[i], bias, r->N, IN, OUT,
                                 e->counts + i * 2);
 }
 
 /* q/k/v as one GEMM on the shared activation operand of ln1 (its underflows counted at q's), then
- * rope on q and on k, k and v going straight into the cache (fuse_qkv). */
+ * rope on q and on k, k and v going straight into the cache (share_qkv). */
 static fp4rl_status rollout_block_qkv(void *user, int64_t l, float *q, float *k, float *v, float *ln1, const int32_t *pos)
 {
     rollout_impl *r = user;
@@ -439,7 +421,7 @@ static fp4rl_status rollout_block_qkv(void *user, int64_t l, float *q, float *k,
 }
 
 /* gate/up as one GEMM on the shared activation operand of ln2 (counted at gate's), then SwiGLU of
- * its two halves (fuse_gu). */
+ * its two halves (f_blk.on). */
 static fp4rl_status rollout_block_gate_up(void *user, int64_t l, float *h, float *ln2)
 {
     rollout_impl *r = user;
@@ -462,7 +444,7 @@ static fp4rl_status rollout_block_attention(void *user, int64_t l, float *att, f
     const fp4rl_hf_config *c = &e->m->cfg;
     const int64_t Hkv = c->num_key_value_heads, D = c->head_dim;
     fp4rl_status st = FP4RL_OK;
-    if (!e->fuse_qkv) { /* else rollout_block_qkv stored them */
+    if (!e->share_qkv) { /* else rollout_block_qkv stored them */
         st = ops->kv_store(ctx, e->kc[l], e->kv_bf16, k, r->kvrow, r->N, Hkv * D);
         if (!st) st = ops->kv_store(ctx, e->vc[l], e->kv_bf16, v, r->kvrow, r->N, Hkv * D);
     }
@@ -490,9 +472,9 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     float *x = fp4rl_arena_f32(step, N * C), *ln = fp4rl_arena_f32(step, N * C), *rstd = fp4rl_arena_f32(step, N);
     /* fused groups: one GEMM output in place of k and v, of gate and up */
     float *q = fp4rl_arena_f32(step, N * QD), *qkv = NULL, *k = NULL, *v = NULL, *gu = NULL, *gate = NULL, *up = NULL;
-    if (e->fuse_qkv) qkv = fp4rl_arena_f32(step, N * (QD + 2 * KD));
+    if (e->share_qkv) qkv = fp4rl_arena_f32(step, N * (QD + 2 * KD));
     else k = fp4rl_arena_f32(step, N * KD), v = fp4rl_arena_f32(step, N * KD);
-    if (e->fuse_gu) gu = fp4rl_arena_f32(step, N * 2 * I);
+    if (e->f_blk.on) gu = fp4rl_arena_f32(step, N * 2 * I);
     else gate = fp4rl_arena_f32(step, N * I), up = fp4rl_arena_f32(step, N * I);
     float *att = fp4rl_arena_f32(step, N * QD), *o = fp4rl_arena_f32(step, N * C), *x1 = fp4rl_arena_f32(step, N * C);
     float *h = fp4rl_arena_f32(step, N * I);
@@ -512,7 +494,7 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     rollout_impl r = {.e = e, .step = step, .N = N, .kvrow = d_kvrow, .seg = d_seg, .qkv = qkv, .gu = gu, .ys = ys,
                       .keep = keep};
     const fp4rl_block_impl impl = {.linear = rollout_block_linear, .attention = rollout_block_attention, .user = &r,
-                                   .qkv = e->fuse_qkv ? rollout_block_qkv : NULL, .gate_up = e->fuse_gu ? rollout_block_gate_up : NULL};
+                                   .qkv = e->share_qkv ? rollout_block_qkv : NULL, .gate_up = e->f_blk.on ? rollout_block_gate_up : NULL};
     const fp4rl_block_bufs b = {.x_in = x, .ln1 = ln, .rstd1 = rstd, .q = q, .k = k, .v = v, .att = att, .o = o, .x1 = x1,
                                 .ln2 = ln, .rstd2 = rstd, .gate = gate, .up = up, .h = h, .x_out = x};
     TRY(ops->embedding_forward(ctx, x, d_tok, fp4rl_model_w(m, fp4rl_model_p_embed()), N, V, C));
@@ -522,7 +504,7 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     if (use_hidx) TRY(ops->gather_rows(ctx, xh, x, d_hidx, Nh, C));
     TRY(ops->rmsnorm_forward(ctx, lnh, rstdh, xh, fp4rl_model_w(m, fp4rl_model_p_norm(m)), Nh, C, eps));
     if (e->f_head.on) {
-        TRY(fast_linear(m, step, &e->f_head, logits, NULL, lnh, e->whead_b, NULL, Nh, C, V, NULL, NULL, keep));
+        TRY(fast_linear(m, step, &e->f_head, logits, NULL, lnh, e->whead_b, NULL, Nh, C, V, NULL, keep));
     } else {
         if (e->s_head.mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUMERICS_BF16) TRY(ops->round_bf16(ctx, lnh, lnh, Nh * C));
         TRY(ops->linear_forward(ctx, logits, lnh, e->whead, NULL, Nh, C, V));
