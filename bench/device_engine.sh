@@ -6,9 +6,10 @@
 # generate of the same shapes (bench/scale_torch.py --rollout-only; torch=0 skips it), then a table:
 # tokens/s, x HF, the mean time per generated position against its bound (the BF16 weight bytes
 # plus the mean KV bytes a decode step reads, over the copy bandwidth torch measures in this run).
-# Usage: bash bench/device_engine.sh [sizes=0.5b,1.5b,3b] [numerics=bf16,hif4] [batch=16,8,128,256] [steps=2] [torch=1]
+# torch_steps=1 times one HF generate after a short warm-up generate (HF at 512 new tokens takes ~50 s a step).
+# Usage: bash bench/device_engine.sh [sizes=0.5b,1.5b,3b] [numerics=bf16,hif4] [batch=16,8,128,256] [steps=2] [torch=1] [torch_steps=2]
 set -uo pipefail
-sizes=0.5b,1.5b,3b numerics=bf16,hif4 batch="16 8 128 256" steps=2 torch=1
+sizes=0.5b,1.5b,3b numerics=bf16,hif4 batch="16 8 128 256" steps=2 torch=1 torch_steps=
 for a in "$@"; do
   case $a in
   sizes=*) sizes=${a#sizes=} ;;
@@ -16,6 +17,7 @@ for a in "$@"; do
   batch=*) batch=${a#batch=}; batch=${batch//,/ } ;;
   steps=*) steps=${a#steps=} ;;
   torch=*) torch=${a#torch=} ;;
+  torch_steps=*) torch_steps=${a#torch_steps=} ;;
   *) echo "unknown argument: $a (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
 done
@@ -30,7 +32,7 @@ for model in ${sizes//,/ }; do
       --prompts "$P" --group "$G" --prompt-len "$L" --new-tokens "$N" --steps "$steps" | tee -a "$OUT/engine.jsonl" |
       python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print('$model $num ${P}x${G} of ${L}+${N}: rollout %.3f s, %.0f tok/s, peak %s GB' % (r['rollout_s'] or 0, r['rollout_tok_s'] or 0, r.get('peak_mem_gb')) if r.get('ok') else r)"
   done
-  [ "$torch" = 1 ] && timeout 280 python3 bench/scale_torch.py "bench/configs/qwen2.5-$model.json" --rollout-only --steps "$steps" \
+  [ "$torch" = 1 ] && timeout 280 python3 bench/scale_torch.py "bench/configs/qwen2.5-$model.json" --rollout-only --steps "${torch_steps:-$steps}" \
     --prompts "$P" --group "$G" --prompt-len "$L" --new-tokens "$N" 2>/dev/null | grep '^{' >> "$OUT/engine.jsonl"
 done
 python3 - "$OUT/engine.jsonl" <<'PY'
