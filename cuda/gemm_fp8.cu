@@ -305,6 +305,8 @@ constexpr int WG_STAGE_BYTES = WG_A_BYTES + WG_B_BYTES + WG_SC_BYTES; /* 36 KiB,
 constexpr int WG_SMEM = WG_STAGES * WG_STAGE_BYTES + 1024 /* alignment slack */ + 2 * WG_STAGES * 8;
 static_assert(WG_STAGE_BYTES % 1024 == 0, "stage tiles must stay 1024-byte aligned for the 128-byte swizzle");
 
+/* The device helpers exist only in the sm_90a pass (the kernel's body is empty elsewhere). */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void wg_mbar_init(uint32_t bar, uint32_t count)
 {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -317,6 +319,8 @@ __device__ __forceinline__ void wg_mbar_arrive_tx(uint32_t bar, uint32_t bytes)
 {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
+/* Waits for the phase of parity `parity` to complete (the consumers' wait: a plain loop, any more
+ * code here made ptxas spill the HiF4 consumers). */
 __device__ __forceinline__ void wg_mbar_wait(uint32_t bar, uint32_t parity)
 {
     uint32_t done;
@@ -325,6 +329,21 @@ __device__ __forceinline__ void wg_mbar_wait(uint32_t bar, uint32_t parity)
                      : "=r"(done)
                      : "r"(bar), "r"(parity)
                      : "memory");
+    } while (!done);
+}
+/* The producer's wait: past 2^31 cycles (~1 s) it traps, so a pipeline bug (a lost arrival, a
+ * byte count that never lands, consumers stuck on a full barrier) fails the launch instead of
+ * hanging the process: the producer ends by waiting for the consumers to release every stage. */
+__device__ __forceinline__ void wg_mbar_wait_or_trap(uint32_t bar, uint32_t parity)
+{
+    const uint32_t t0 = (uint32_t)clock();
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+        if (!done && (uint32_t)clock() - t0 > (1u << 31)) __trap();
     } while (!done);
 }
 /* An arrive-on of bar once all of this thread's earlier cp.async copies have landed (counted in
@@ -358,18 +377,17 @@ __device__ __forceinline__ void wg_fence_regs(float (&d)[64])
     for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-/* d = A B (scale-d = 0: the old d is ignored), one m64n128k32 E4M3 step, both operands from shared memory. */
+/* d = A B (scale-d = 0: the old d is ignored), one m64n128k32 E4M3 step, both operands from shared
+ * memory. d stays an in-out operand as in CUTLASS (as an output only, ptxas spilled the HiF4
+ * kernel); wg_fence_regs after the wait keeps reads of d behind it. */
 __device__ __forceinline__ void wg_mma_zero(float (&d)[64], uint64_t da, uint64_t db)
 {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(da), "l"(db), "r"(0));
-#else
-    (void)d, (void)da, (void)db;
-#endif
 }
+#endif /* __CUDA_ARCH_FEAT_SM90_ALL */
 
 template <int U, typename TC>
 __global__ void __launch_bounds__(WG_THREADS, 1) fp8_wg_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
@@ -409,7 +427,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) fp8_wg_kernel(const __grid_cons
         for (int kt = 0; warp == 8 && kt < KT; kt++) {
             const int s = kt % WG_STAGES;
             const uint32_t ph = (uint32_t)(kt / WG_STAGES) & 1u;
-            wg_mbar_wait(bar_empty + 8 * s, ph ^ 1u);
+            wg_mbar_wait_or_trap(bar_empty + 8 * s, ph ^ 1u);
             const uint32_t st = base + s * WG_STAGE_BYTES, scA = st + WG_A_BYTES + WG_B_BYTES, scB = scA + 4 * WG_BM * 4;
             for (int i = lane; i < UPS * WG_BM; i += 32) {
                 const int u = i / WG_BM, r = i - u * WG_BM, ra = bm + r, rb = bn + r;
@@ -423,6 +441,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1) fp8_wg_kernel(const __grid_cons
                 wg_tma_2d(st + WG_A_BYTES, &tmB, kt * WG_BK, bn, bar_full + 8 * s);
             }
         }
+        /* Tail: the waits the producer would do for stages KT .. KT + STAGES - 1, i.e. until the
+         * consumers have released every stage (traps if they hang). */
+        for (int kt = KT; warp == 8 && kt < KT + WG_STAGES; kt++)
+            wg_mbar_wait_or_trap(bar_empty + 8 * (kt % WG_STAGES), ((uint32_t)(kt / WG_STAGES) & 1u) ^ 1u);
     } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
 
