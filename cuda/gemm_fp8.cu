@@ -300,10 +300,24 @@ cudaError_t fp8_tc_launch(cudaStream_t st, const uint8_t *a8, const float *sa, c
  * < 2^16). One warpgroup's promotion overlaps the other's MMAs. Needs K % 128 == 0. */
 constexpr int WG_BM = 128, WG_BN = 128, WG_BK = 128, WG_STAGES = 6, WG_THREADS = 384;
 constexpr int WG_A_BYTES = WG_BM * WG_BK, WG_B_BYTES = WG_BN * WG_BK;
-constexpr int WG_SC_BYTES = 4 * (WG_BM + WG_BN) * 4; /* up to 4 units x (128 A rows + 128 B rows) floats */
-constexpr int WG_STAGE_BYTES = WG_A_BYTES + WG_B_BYTES + WG_SC_BYTES; /* 36 KiB, a multiple of 1024 */
+/* Scales of a stage, up to 4 units: A [unit][128] (WG_SCA_U floats a unit), B [unit][144]
+ * (WG_SCB_U: 4 groups of 32 + 4 padding floats), permuted so that a consumer thread reads its
+ * two rows' A scales as one float2 and its 32 columns' B scales as 8 float4 (see wg_sca_idx /
+ * wg_scb_idx); 4352 bytes, rounded up to 5 KiB to keep the stages 1024-aligned. */
+constexpr int WG_SCA_U = 128, WG_SCB_U = 144;
+constexpr int WG_SC_BYTES = 5 * 1024;
+static_assert(4 * (WG_SCA_U + WG_SCB_U) * 4 <= WG_SC_BYTES, "scale region");
+constexpr int WG_STAGE_BYTES = WG_A_BYTES + WG_B_BYTES + WG_SC_BYTES; /* 37 KiB, a multiple of 1024 */
 constexpr int WG_SMEM = WG_STAGES * WG_STAGE_BYTES + 1024 /* alignment slack */ + 2 * WG_STAGES * 8;
 static_assert(WG_STAGE_BYTES % 1024 == 0, "stage tiles must stay 1024-byte aligned for the 128-byte swizzle");
+static_assert(WG_SMEM <= 227 * 1024, "shared memory of one CTA");
+
+/* Row r (0..127) of the A tile: r = 16 b + 8 h + g is stored at 16 b + 2 g + h, so rows g and g + 8
+ * of a warp's 16 sit side by side. Column c = 8 j + 2 t + e of the B tile is stored at
+ * 36 t + 2 j + e: the 32 columns of thread t are contiguous (float4 q holds n8 blocks 2q, 2q + 1),
+ * and the 4 threads t of a quarter-warp read banks 0-3, 4-7, 8-11, 12-15. */
+__host__ __device__ constexpr int wg_sca_idx(int r) { return (r >> 4) * 16 + (r & 7) * 2 + ((r >> 3) & 1); }
+__host__ __device__ constexpr int wg_scb_idx(int c) { return ((c >> 1) & 3) * 36 + (c >> 3) * 2 + (c & 1); }
 
 /* The device helpers exist only in the sm_90a pass (the kernel's body is empty elsewhere). */
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -428,11 +442,14 @@ __global__ void __launch_bounds__(WG_THREADS, 1) fp8_wg_kernel(const __grid_cons
             const int s = kt % WG_STAGES;
             const uint32_t ph = (uint32_t)(kt / WG_STAGES) & 1u;
             wg_mbar_wait_or_trap(bar_empty + 8 * s, ph ^ 1u);
-            const uint32_t st = base + s * WG_STAGE_BYTES, scA = st + WG_A_BYTES + WG_B_BYTES, scB = scA + 4 * WG_BM * 4;
+            const uint32_t st = base + s * WG_STAGE_BYTES, scA = st + WG_A_BYTES + WG_B_BYTES, scB = scA + 4 * WG_SCA_U * 4;
+#pragma unroll 1 /* the producer has 40 registers */
             for (int i = lane; i < UPS * WG_BM; i += 32) {
                 const int u = i / WG_BM, r = i - u * WG_BM, ra = bm + r, rb = bn + r;
-                tc_cp4(scA + (uint32_t)(u * WG_BM + r) * 4, sa + (size_t)(ra < M ? ra : 0) * units + kt * UPS + u, ra < M ? 4 : 0);
-                tc_cp4(scB + (uint32_t)(u * WG_BN + r) * 4, sb + (size_t)(rb < N ? rb : 0) * units + kt * UPS + u, rb < N ? 4 : 0);
+                tc_cp4(scA + (uint32_t)(u * WG_SCA_U + wg_sca_idx(r)) * 4, sa + (size_t)(ra < M ? ra : 0) * units + kt * UPS + u,
+                       ra < M ? 4 : 0);
+                tc_cp4(scB + (uint32_t)(u * WG_SCB_U + wg_scb_idx(r)) * 4, sb + (size_t)(rb < N ? rb : 0) * units + kt * UPS + u,
+                       rb < N ? 4 : 0);
             }
             wg_cp_arrive(bar_full + 8 * s);
             if (lane == 0) {
@@ -463,8 +480,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1) fp8_wg_kernel(const __grid_cons
         wg_mbar_wait(bar_full + 8 * s, (uint32_t)(kt / WG_STAGES) & 1u);
         const uint32_t st = base + s * WG_STAGE_BYTES;
         const uint64_t dA = wg_desc(st + wg * 64 * WG_BK), dB = wg_desc(st + WG_A_BYTES);
-        const float *ssa = reinterpret_cast<const float *>(gbase + s * WG_STAGE_BYTES + WG_A_BYTES + WG_B_BYTES) + wg * 64 + w * 16 + g;
-        const float *ssb = reinterpret_cast<const float *>(gbase + s * WG_STAGE_BYTES + WG_A_BYTES + WG_B_BYTES) + 4 * WG_BM + 2 * t;
+        /* this thread's scales: rows wg * 64 + w * 16 + g, + 8 (one float2); columns 8 j + 2 t + e (8 float4) */
+        const float *ssa = reinterpret_cast<const float *>(gbase + s * WG_STAGE_BYTES + WG_A_BYTES + WG_B_BYTES) + (wg * 4 + w) * 16 + 2 * g;
+        const float *ssb = reinterpret_cast<const float *>(gbase + s * WG_STAGE_BYTES + WG_A_BYTES + WG_B_BYTES) + 4 * WG_SCA_U + 36 * t;
 #pragma unroll
         for (int ul = 0; ul < UPS; ul++) {
             wg_fence();
@@ -474,10 +492,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1) fp8_wg_kernel(const __grid_cons
             wg_wait0();
             wg_fence_regs(p0);
             if (KPU == 2) wg_fence_regs(p1);
-            const float a0 = ssa[ul * WG_BM], a1 = ssa[ul * WG_BM + 8];
+            const float2 av = *reinterpret_cast<const float2 *>(ssa + ul * WG_SCA_U);
+            const float a0 = av.x, a1 = av.y;
 #pragma unroll
             for (int j = 0; j < 16; j++) {
-                const float2 b = *reinterpret_cast<const float2 *>(ssb + ul * WG_BN + 8 * j);
+                const float4 b4 = *reinterpret_cast<const float4 *>(ssb + ul * WG_SCB_U + 4 * (j >> 1));
+                const float2 b = (j & 1) ? make_float2(b4.z, b4.w) : make_float2(b4.x, b4.y);
                 float q[4];
 #pragma unroll
                 for (int e = 0; e < 4; e++) q[e] = KPU == 2 ? p0[4 * j + e] + p1[4 * j + e] : p0[4 * j + e];
