@@ -305,6 +305,10 @@ constexpr int WG_A_BYTES = WG_BM * WG_BK, WG_B_BYTES = WG_BN * WG_BK;
  * two rows' A scales as one float2 and its 32 columns' B scales as 8 float4 (see wg_sca_idx /
  * wg_scb_idx); 4352 bytes, rounded up to 5 KiB to keep the stages 1024-aligned. */
 constexpr int WG_SCA_U = 128, WG_SCB_U = 144;
+/* Promotion acc = fma(p, sa sb, acc): one rounding (the brief's choice; within the header's bound,
+ * which counts two). false: acc + p (sa sb) with two roundings, the reference's and the mma.sync
+ * kernel's exact arithmetic (bit-identical to them, one more instruction an output a unit). */
+constexpr bool WG_PROMOTE_FMA = true;
 constexpr int WG_SC_BYTES = 5 * 1024;
 static_assert(4 * (WG_SCA_U + WG_SCB_U) * 4 <= WG_SC_BYTES, "scale region");
 constexpr int WG_STAGE_BYTES = WG_A_BYTES + WG_B_BYTES + WG_SC_BYTES; /* 37 KiB, a multiple of 1024 */
@@ -501,10 +505,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1) fp8_wg_kernel(const __grid_cons
                 float q[4];
 #pragma unroll
                 for (int e = 0; e < 4; e++) q[e] = KPU == 2 ? p0[4 * j + e] + p1[4 * j + e] : p0[4 * j + e];
-                acc[4 * j + 0] = __fmaf_rn(q[0], a0 * b.x, acc[4 * j + 0]);
-                acc[4 * j + 1] = __fmaf_rn(q[1], a0 * b.y, acc[4 * j + 1]);
-                acc[4 * j + 2] = __fmaf_rn(q[2], a1 * b.x, acc[4 * j + 2]);
-                acc[4 * j + 3] = __fmaf_rn(q[3], a1 * b.y, acc[4 * j + 3]);
+                const float sc[4] = {a0 * b.x, a0 * b.y, a1 * b.x, a1 * b.y}; /* sa sb: exact (3 + 3 significant bits) */
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    acc[4 * j + e] = WG_PROMOTE_FMA ? __fmaf_rn(q[e], sc[e], acc[4 * j + e]) : __fadd_rn(acc[4 * j + e], __fmul_rn(q[e], sc[e]));
             }
         }
         /* This warp's reads of the stage (wgmma operands, waited above; scales, in registers) are
