@@ -31,8 +31,10 @@
  *                                    dgrad, wgrad of q/o, k/v, gate/up, down): the GEMM kernel alone
  *                                    and with its two pre-passes, TFLOP/s, ratio to BF16, share of
  *                                    the H200's dense peaks (BF16 989, FP8 1979 TFLOP/s), and the
- *                                    old dequantize-to-BF16 path. Times the mma.sync tensor-core
- *                                    kernel (fp4rl_cuda_fp8_gemm_tc), not the slow reference.
+ *                                    old dequantize-to-BF16 path. Times the tensor-core entry
+ *                                    (fp4rl_cuda_fp8_gemm_tc: the wgmma kernel where its gate holds,
+ *                                    named in the `kernel` column) and the mma.sync kernel alone
+ *                                    (fp4rl_cuda_fp8_gemm_mma), not the slow reference.
  *   fp4rl_bench [reps] dgprof F M    only 3 + reps launches of the packed kernel, format F
  *                                    (mxfp4 / nvfp4 / hif4), M rows, N = K = 8192 (for ncu)
  *   fp4rl_bench [reps] attn          sections 1 and 7: the decode attention (attention_rows) at the
@@ -376,9 +378,11 @@ static void fp8_section(void)
             }
         }
     }
-    printf("\n## FP8-operand GEMM (HiF4 / MXFP4 pairs), BF16 C; kernel: mma.sync m16n8k32 E4M3 tensor-core kernel (128x128 CTA tiles)\n\n");
-    printf("| shape | M x N x K | operands | BF16 ms | BF16 TFLOP/s | kernel ms | kernel TFLOP/s | kernel vs BF16 | kernel %% of FP8 peak | "
-           "+pre-pass ms | +pre-pass vs BF16 | dequant path vs BF16 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("\n## FP8-operand GEMM (HiF4 / MXFP4 pairs), BF16 C; kernel: fp4rl_cuda_fp8_gemm_tc (wgmma m64n128k32 E4M3, 128x128 CTA "
+           "tiles, where its gate holds; else mma.sync m16n8k32); mma.sync: that kernel alone\n\n");
+    printf("| shape | M x N x K | operands | BF16 ms | BF16 TFLOP/s | kernel | kernel ms | kernel TFLOP/s | kernel vs BF16 | kernel %% of FP8 peak | "
+           "mma.sync TFLOP/s | mma.sync vs BF16 | +pre-pass ms | +pre-pass vs BF16 | dequant path vs BF16 |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const shape &sh : shapes) {
         const int64_t M = sh.M, N = sh.N, K = sh.K, dc[2] = {M, N};
         fp4rl_tensor *a = random_bf16(M, K, 2), *b = random_bf16(N, K, 3), *c;
@@ -404,15 +408,22 @@ static void fp8_section(void)
                 CK(fp4rl_cuda_fp8_gemm_tc(ctx, (const uint8_t *)a8, (const float *)sa, (const uint8_t *)b8, (const float *)sb, c->data, 1, M,
                                           N, K, U));
             };
+            auto kernel_mma = [&]() {
+                CK(fp4rl_cuda_fp8_gemm_mma(ctx, (const uint8_t *)a8, (const float *)sa, (const uint8_t *)b8, (const float *)sb, c->data, 1,
+                                           M, N, K, U));
+            };
             prepass();
             const double tk = time_ms([&](int) { kernel(); });
+            const double tm = time_ms([&](int) { kernel_mma(); });
             const double tf = time_ms([&](int) { prepass(); kernel(); });
+            const char *kname = fp4rl_cuda_fp8_wg_ok(ctx, M, N, K) ? "wgmma" : "mma.sync";
             setenv("FP4RL_FP8_GEMM", "0", 1);
             const double td = time_ms([&](int) { CK(fp4rl_matmul(c, ctx, qa, qb)); });
             unsetenv("FP4RL_FP8_GEMM");
-            printf("| %s | %lldx%lldx%lld | %s | %.3f | %.0f | %.3f | %.0f | %.2f | %.1f%% | %.3f | %.2f | %.2f |\n", sh.what, (long long)M,
-                   (long long)N, (long long)K, fmt_name(f), base, flop / (base * 1e-3) / 1e12, tk, flop / (tk * 1e-3) / 1e12, base / tk,
-                   100.0 * flop / (tk * 1e-3) / 1979e12, tf, base / tf, base / td);
+            printf("| %s | %lldx%lldx%lld | %s | %.3f | %.0f | %s | %.3f | %.0f | %.2f | %.1f%% | %.0f | %.2f | %.3f | %.2f | %.2f |\n", sh.what,
+                   (long long)M, (long long)N, (long long)K, fmt_name(f), base, flop / (base * 1e-3) / 1e12, kname, tk,
+                   flop / (tk * 1e-3) / 1e12, base / tk, 100.0 * flop / (tk * 1e-3) / 1979e12, flop / (tm * 1e-3) / 1e12, base / tm, tf,
+                   base / tf, base / td);
             fflush(stdout);
             fp4rl_cuda_free_bytes(ctx, a8);
             fp4rl_cuda_free_bytes(ctx, b8);

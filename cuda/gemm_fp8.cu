@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda.h> /* CUtensorMap and its enums only: the encoder comes through cudaGetDriverEntryPointByVersion (no -lcuda) */
+
 #include "gemm_fp8.h"
 #include "format/formats.h"
 #include "format/layout.h"
@@ -281,6 +283,330 @@ cudaError_t fp8_tc_launch(cudaStream_t st, const uint8_t *a8, const float *sa, c
     return cudaSuccess;
 }
 
+/* ---- The wgmma kernel: wgmma.mma_async m64n128k32 E4M3 x E4M3 -> F32 from shared memory (sm_90a) ----
+ * CTA tile 128 (M) x 128 (N), 384 threads: warps 0-3 and 4-7 are two consumer warpgroups (rows
+ * 0-63 and 64-127 of the tile, all 128 columns each: m64n128 per wgmma, 232 registers through
+ * setmaxnreg), warps 8-11 the producer warpgroup (40 registers; warp 8 works, 9-11 idle).
+ * A stage holds 128 K bytes: the A and B tiles (128 rows x 128 bytes each, written by TMA with
+ * the 128-byte swizzle, zero-filled past M / N / K by the tensor map) and the stage's unit scales
+ * (HiF4 2 units, MXFP4 4, as [unit][row] floats written by the producer's 4-byte cp.async,
+ * zero-filled past M / N). Full barrier of a stage: 33 arrivals (32 producer lanes through
+ * cp.async.mbarrier.arrive.noinc once their scale copies land, plus lane 0's arrive.expect_tx)
+ * and the TMA bytes; empty barrier: 8 arrivals (lane 0 of each consumer warp after its reads).
+ * Per unit each consumer warpgroup runs the unit's k32 steps (HiF4 2, MXFP4 1), each one wgmma
+ * from a zero accumulator (scale-d = 0: Hopper's FP8 MMA keeps a narrow aligned fraction, so a
+ * running C would drop small products) into its own 64 registers, waits, and promotes
+ * acc = fma(p0 + p1, sa * sb, acc) in K order: the reference's math (p0 + p1 is exact: integers
+ * < 2^16). One warpgroup's promotion overlaps the other's MMAs. Needs K % 128 == 0. */
+constexpr int WG_BM = 128, WG_BN = 128, WG_BK = 128, WG_STAGES = 6, WG_THREADS = 384;
+constexpr int WG_A_BYTES = WG_BM * WG_BK, WG_B_BYTES = WG_BN * WG_BK;
+/* Scales of a stage, up to 4 units: A [unit][128] (WG_SCA_U floats a unit), B [unit][144]
+ * (WG_SCB_U: 4 groups of 32 + 4 padding floats), permuted so that a consumer thread reads its
+ * two rows' A scales as one float2 and its 32 columns' B scales as 8 float4 (see wg_sca_idx /
+ * wg_scb_idx); 4352 bytes, rounded up to 5 KiB to keep the stages 1024-aligned. */
+constexpr int WG_SCA_U = 128, WG_SCB_U = 144;
+/* Promotion acc = fma(p, sa sb, acc): one rounding (the brief's choice; within the header's bound,
+ * which counts two). false: acc + p (sa sb) with two roundings, the reference's and the mma.sync
+ * kernel's exact arithmetic (bit-identical to them, one more instruction an output a unit). */
+constexpr bool WG_PROMOTE_FMA = true;
+constexpr int WG_SC_BYTES = 5 * 1024;
+static_assert(4 * (WG_SCA_U + WG_SCB_U) * 4 <= WG_SC_BYTES, "scale region");
+constexpr int WG_STAGE_BYTES = WG_A_BYTES + WG_B_BYTES + WG_SC_BYTES; /* 37 KiB, a multiple of 1024 */
+constexpr int WG_SMEM = WG_STAGES * WG_STAGE_BYTES + 1024 /* alignment slack */ + 2 * WG_STAGES * 8;
+static_assert(WG_STAGE_BYTES % 1024 == 0, "stage tiles must stay 1024-byte aligned for the 128-byte swizzle");
+static_assert(WG_SMEM <= 227 * 1024, "shared memory of one CTA");
+
+/* Row r (0..127) of the A tile: r = 16 b + 8 h + g is stored at 16 b + 2 g + h, so rows g and g + 8
+ * of a warp's 16 sit side by side. Column c = 8 j + 2 t + e of the B tile is stored at
+ * 36 t + 2 j + e: the 32 columns of thread t are contiguous (float4 q holds n8 blocks 2q, 2q + 1),
+ * and the 4 threads t of a quarter-warp read banks 0-3, 4-7, 8-11, 12-15. */
+__host__ __device__ constexpr int wg_sca_idx(int r) { return (r >> 4) * 16 + (r & 7) * 2 + ((r >> 3) & 1); }
+__host__ __device__ constexpr int wg_scb_idx(int c) { return ((c >> 1) & 3) * 36 + (c >> 3) * 2 + (c & 1); }
+
+/* The device helpers exist only in the sm_90a pass (the kernel's body is empty elsewhere). */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void wg_mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void wg_mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void wg_mbar_arrive_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+/* Waits for the phase of parity `parity` to complete (the consumers' wait: a plain loop, any more
+ * code here made ptxas spill the HiF4 consumers). */
+__device__ __forceinline__ void wg_mbar_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* The producer's wait: past 2^31 cycles (~1 s) it traps, so a pipeline bug (a lost arrival, a
+ * byte count that never lands, consumers stuck on a full barrier) fails the launch instead of
+ * hanging the process: the producer ends by waiting for the consumers to release every stage. */
+__device__ __forceinline__ void wg_mbar_wait_or_trap(uint32_t bar, uint32_t parity)
+{
+    const uint32_t t0 = (uint32_t)clock();
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+        if (!done && (uint32_t)clock() - t0 > (1u << 31)) __trap();
+    } while (!done);
+}
+/* An arrive-on of bar once all of this thread's earlier cp.async copies have landed (counted in
+ * the barrier's expected arrivals: .noinc). */
+__device__ __forceinline__ void wg_cp_arrive(uint32_t bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void wg_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+
+/* Shared-memory matrix descriptor of a K-major tile with the 128-byte swizzle: rows of 128 bytes,
+ * 8-row core groups 1024 bytes apart (stride byte offset), leading byte offset unused (1), base
+ * offset 0 (tiles 1024-aligned), layout type 1 (128B swizzle) in bits 62-63. A k32 step inside
+ * the 128-byte row adds its 32-byte offset to the start address (the hardware applies the XOR). */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr)
+{
+    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_fence_regs(float (&d)[64])
+{
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* d = A B (scale-d = 0: the old d is ignored), one m64n128k32 E4M3 step, both operands from shared
+ * memory. d stays an in-out operand as in CUTLASS (as an output only, ptxas spilled the HiF4
+ * kernel); wg_fence_regs after the wait keeps reads of d behind it. */
+__device__ __forceinline__ void wg_mma_zero(float (&d)[64], uint64_t da, uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(0));
+}
+#endif /* __CUDA_ARCH_FEAT_SM90_ALL */
+
+template <int U, typename TC>
+__global__ void __launch_bounds__(WG_THREADS, 1) fp8_wg_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                                                               const float *__restrict__ sa, const float *__restrict__ sb,
+                                                               TC *__restrict__ c, int M, int N, int K)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int UPS = WG_BK / U; /* units a stage: 2 (HiF4) or 4 (MXFP4) */
+    constexpr int KPU = U / 32;    /* k32 steps a unit: 2 or 1 */
+    extern __shared__ uint8_t wg_smem_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wg_smem_raw);
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    const uint8_t *gbase = wg_smem_raw + (base - raw);
+    const uint32_t bar_full = base + WG_STAGES * WG_STAGE_BYTES, bar_empty = bar_full + WG_STAGES * 8;
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* Tile order: groups of 8 M tiles, N-major inside a group (L2 reuse of A and B). */
+    const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
+    const int per_group = 8 * tiles_n, group = (int)blockIdx.x / per_group, first_m = group * 8;
+    const int gsize = min(tiles_m - first_m, 8), in_group = (int)blockIdx.x - group * per_group;
+    const int bm = (first_m + in_group % gsize) * WG_BM, bn = (in_group / gsize) * WG_BN;
+    const int units = K / U, KT = K / WG_BK;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < WG_STAGES; s++) {
+            wg_mbar_init(bar_full + 8 * s, 33);
+            wg_mbar_init(bar_empty + 8 * s, 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp >= 8) {
+        /* Producer warpgroup: gives registers back; warp 8 fills the ring. */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        for (int kt = 0; warp == 8 && kt < KT; kt++) {
+            const int s = kt % WG_STAGES;
+            const uint32_t ph = (uint32_t)(kt / WG_STAGES) & 1u;
+            wg_mbar_wait_or_trap(bar_empty + 8 * s, ph ^ 1u);
+            const uint32_t st = base + s * WG_STAGE_BYTES, scA = st + WG_A_BYTES + WG_B_BYTES, scB = scA + 4 * WG_SCA_U * 4;
+#pragma unroll 1 /* the producer has 40 registers */
+            for (int i = lane; i < UPS * WG_BM; i += 32) {
+                const int u = i / WG_BM, r = i - u * WG_BM, ra = bm + r, rb = bn + r;
+                tc_cp4(scA + (uint32_t)(u * WG_SCA_U + wg_sca_idx(r)) * 4, sa + (size_t)(ra < M ? ra : 0) * units + kt * UPS + u,
+                       ra < M ? 4 : 0);
+                tc_cp4(scB + (uint32_t)(u * WG_SCB_U + wg_scb_idx(r)) * 4, sb + (size_t)(rb < N ? rb : 0) * units + kt * UPS + u,
+                       rb < N ? 4 : 0);
+            }
+            wg_cp_arrive(bar_full + 8 * s);
+            if (lane == 0) {
+                wg_mbar_arrive_tx(bar_full + 8 * s, WG_A_BYTES + WG_B_BYTES);
+                wg_tma_2d(st, &tmA, kt * WG_BK, bm, bar_full + 8 * s);
+                wg_tma_2d(st + WG_A_BYTES, &tmB, kt * WG_BK, bn, bar_full + 8 * s);
+            }
+        }
+        /* Tail: the waits the producer would do for stages KT .. KT + STAGES - 1, i.e. until the
+         * consumers have released every stage (traps if they hang). */
+        for (int kt = KT; warp == 8 && kt < KT + WG_STAGES; kt++)
+            wg_mbar_wait_or_trap(bar_empty + 8 * (kt % WG_STAGES), ((uint32_t)(kt / WG_STAGES) & 1u) ^ 1u);
+    } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+
+    /* Consumers: warpgroup wg takes tile rows wg * 64 .. + 63. Thread fragment of an m64n128 F32
+     * result: d[4 j + e], j = 0..15 (the n8 block): rows w * 16 + g (e = 0, 1) and + 8 (e = 2, 3),
+     * columns 8 j + 2 t + (e & 1), with w the warp in the group, g = lane / 4, t = lane % 4. */
+    const int wg = warp >> 2, w = warp & 3, g = lane >> 2, t = lane & 3;
+    /* p0, p1 are written only by the wgmma (scale-d = 0), never zeroed by ordinary instructions:
+     * ptxas serializes wgmma whose accumulators other instructions define (warning C7514). */
+    float acc[64], p0[64], p1[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+
+    for (int kt = 0; kt < KT; kt++) {
+        const int s = kt % WG_STAGES;
+        wg_mbar_wait(bar_full + 8 * s, (uint32_t)(kt / WG_STAGES) & 1u);
+        const uint32_t st = base + s * WG_STAGE_BYTES;
+        const uint64_t dA = wg_desc(st + wg * 64 * WG_BK), dB = wg_desc(st + WG_A_BYTES);
+        /* this thread's scales: rows wg * 64 + w * 16 + g, + 8 (one float2); columns 8 j + 2 t + e (8 float4) */
+        const float *ssa = reinterpret_cast<const float *>(gbase + s * WG_STAGE_BYTES + WG_A_BYTES + WG_B_BYTES) + (wg * 4 + w) * 16 + 2 * g;
+        const float *ssb = reinterpret_cast<const float *>(gbase + s * WG_STAGE_BYTES + WG_A_BYTES + WG_B_BYTES) + 4 * WG_SCA_U + 36 * t;
+#pragma unroll
+        for (int ul = 0; ul < UPS; ul++) {
+            wg_fence();
+            wg_mma_zero(p0, dA + (uint64_t)((ul * KPU) * 2), dB + (uint64_t)((ul * KPU) * 2)); /* +32 bytes a k32 step: 2 in 16-byte units */
+            if (KPU == 2) wg_mma_zero(p1, dA + (uint64_t)((ul * KPU + 1) * 2), dB + (uint64_t)((ul * KPU + 1) * 2));
+            wg_commit();
+            wg_wait0();
+            wg_fence_regs(p0);
+            if (KPU == 2) wg_fence_regs(p1);
+            const float2 av = *reinterpret_cast<const float2 *>(ssa + ul * WG_SCA_U);
+            const float a0 = av.x, a1 = av.y;
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                const float4 b4 = *reinterpret_cast<const float4 *>(ssb + ul * WG_SCB_U + 4 * (j >> 1));
+                const float2 b = (j & 1) ? make_float2(b4.z, b4.w) : make_float2(b4.x, b4.y);
+                float q[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) q[e] = KPU == 2 ? p0[4 * j + e] + p1[4 * j + e] : p0[4 * j + e];
+                const float sc[4] = {a0 * b.x, a0 * b.y, a1 * b.x, a1 * b.y}; /* sa sb: exact (3 + 3 significant bits) */
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    acc[4 * j + e] = WG_PROMOTE_FMA ? __fmaf_rn(q[e], sc[e], acc[4 * j + e]) : __fadd_rn(acc[4 * j + e], __fmul_rn(q[e], sc[e]));
+            }
+        }
+        /* This warp's reads of the stage (wgmma operands, waited above; scales, in registers) are
+         * done: release the slot. */
+        __syncwarp();
+        if (lane == 0) wg_mbar_arrive(bar_empty + 8 * s);
+    }
+
+    /* Epilogue: row-major C[M, N], guarded; pairs of columns stored together when N is even. */
+    const bool pair = (N & 1) == 0;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int m = bm + wg * 64 + w * 16 + g + h * 8;
+        if (m >= M) continue;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const int n = bn + 8 * j + 2 * t;
+            const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+            const size_t o = (size_t)m * N + n;
+            if (sizeof(TC) == 2) {
+                uint16_t *cc = reinterpret_cast<uint16_t *>(c);
+                if (pair && n + 1 < N) {
+                    *reinterpret_cast<uint32_t *>(cc + o) = (uint32_t)fp4rl_f32_to_bf16(v0) | ((uint32_t)fp4rl_f32_to_bf16(v1) << 16);
+                } else {
+                    if (n < N) cc[o] = fp4rl_f32_to_bf16(v0);
+                    if (n + 1 < N) cc[o + 1] = fp4rl_f32_to_bf16(v1);
+                }
+            } else {
+                float *cf = reinterpret_cast<float *>(c);
+                if (pair && n + 1 < N) {
+                    *reinterpret_cast<float2 *>(cf + o) = make_float2(v0, v1);
+                } else {
+                    if (n < N) cf[o] = v0;
+                    if (n + 1 < N) cf[o + 1] = v1;
+                }
+            }
+        }
+    }
+    } /* consumers */
+#else
+    (void)sa, (void)sb, (void)c, (void)M, (void)N, (void)K;
+    __trap(); /* launched only where the sm_90a probe says this build has the kernel */
+#endif
+}
+
+/* Whether this build carries sm_90a code for the device (the wgmma kernel's body). */
+__global__ void fp8_wg_probe_kernel(int *out)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    *out = 1;
+#else
+    *out = 0;
+#endif
+}
+
+typedef CUresult (*wg_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
+                                 const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+wg_encode_fn wg_encoder(void)
+{
+    static wg_encode_fn fn = NULL;
+    static int tried = 0;
+    if (!tried) {
+        tried = 1;
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = reinterpret_cast<wg_encode_fn>(p);
+        else
+            (void)cudaGetLastError();
+    }
+    return fn;
+}
+
+/* [rows, K] E4M3 bytes, K-major; boxes of 128 K bytes x 128 rows, 128-byte swizzle, zeros out of bounds. */
+int wg_map(CUtensorMap *map, const uint8_t *p, int64_t rows, int64_t K)
+{
+    wg_encode_fn enc = wg_encoder();
+    if (!enc) return 0;
+    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K};
+    const cuuint32_t box[2] = {(cuuint32_t)WG_BK, 128u}, es[2] = {1u, 1u};
+    return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t *>(p), dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int U, typename TC>
+cudaError_t fp8_wg_launch(cudaStream_t st, const CUtensorMap &ma, const CUtensorMap &mb, const float *sa, const float *sb, void *c,
+                          int64_t M, int64_t N, int64_t K)
+{
+    const cudaError_t e = cudaFuncSetAttribute(fp8_wg_kernel<U, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
+    if (e != cudaSuccess) return e;
+    const unsigned tiles = (unsigned)(((M + WG_BM - 1) / WG_BM) * ((N + WG_BN - 1) / WG_BN));
+    fp8_wg_kernel<U, TC><<<tiles, WG_THREADS, WG_SMEM, st>>>(ma, mb, sa, sb, static_cast<TC *>(c), (int)M, (int)N, (int)K);
+    return cudaSuccess;
+}
+
 /* FP4RL_FP8_GEMM: "1" -> the tensor-core kernel where its gate holds (sm_89+, M >= 512, N >= 128,
  * K >= 128, K % 64 == 0), else the old path; "ref" -> the reference kernel (any size); unset or
  * anything else -> the old path (dequantize to BF16, cuBLASLt). The tensor-core kernel is exact
@@ -337,8 +663,53 @@ int fp4rl_cuda_fp8_tc_ok(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K)
     return M >= 512 && N >= 128 && K >= 128 && K % 64 == 0 && M < (1 << 30) && N < (1 << 30) && K < (1 << 30);
 }
 
-fp4rl_status fp4rl_cuda_fp8_gemm_tc(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c,
+int fp4rl_cuda_fp8_wg_ok(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K)
+{
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    if (cu->cc_major != 9 || cu->cc_minor != 0) return 0;
+    const char *e = getenv("FP4RL_FP8_WG"); /* "0": the mma.sync kernel everywhere (for comparisons) */
+    if (e && strcmp(e, "0") == 0) return 0;
+    if (M < WG_BM || N < WG_BN || K < WG_BK || K % WG_BK || M >= (1 << 30) || N >= (1 << 30) || K >= (1 << 30)) return 0;
+    /* Whether the build has sm_90a code (the probe's answer, asked once per process; not while a
+     * stream captures a graph, where the probe's copy could not run: the mma.sync kernel then). */
+    static int probed = -1;
+    if (probed < 0) {
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(cu->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        int *d = NULL, h = 0;
+        if (cudaMalloc(&d, sizeof(int)) == cudaSuccess) {
+            fp8_wg_probe_kernel<<<1, 1>>>(d);
+            if (cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) != cudaSuccess) h = 0;
+            cudaFree(d);
+        }
+        (void)cudaGetLastError();
+        probed = h == 1 && wg_encoder() != NULL;
+    }
+    return probed;
+}
+
+fp4rl_status fp4rl_cuda_fp8_gemm_wg(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c,
                                     int c_bf16, int64_t M, int64_t N, int64_t K, int U)
+{
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    if (!fp4rl_cuda_fp8_wg_ok(ctx, M, N, K) || (U != 32 && U != 64) || ((uintptr_t)a8 & 15) || ((uintptr_t)b8 & 15))
+        return FP4RL_ERR_UNSUPPORTED;
+    CUtensorMap ma, mb;
+    if (!wg_map(&ma, a8, M, K) || !wg_map(&mb, b8, N, K)) return fp4rl_cuda_fail(ctx, cudaErrorInvalidValue, "fp4rl_matmul: FP8 wgmma GEMM (tensor map)");
+    cudaError_t e;
+    if (U == 64) e = c_bf16 ? fp8_wg_launch<64, uint16_t>(cu->stream, ma, mb, sa, sb, c, M, N, K)
+                            : fp8_wg_launch<64, float>(cu->stream, ma, mb, sa, sb, c, M, N, K);
+    else e = c_bf16 ? fp8_wg_launch<32, uint16_t>(cu->stream, ma, mb, sa, sb, c, M, N, K)
+                    : fp8_wg_launch<32, float>(cu->stream, ma, mb, sa, sb, c, M, N, K);
+    if (e != cudaSuccess) return fp4rl_cuda_fail(ctx, e, "fp4rl_matmul: FP8 wgmma GEMM (shared memory attribute)");
+    return fp4rl_cuda_check_launch(ctx, "fp4rl_matmul: FP8 wgmma GEMM");
+}
+
+fp4rl_status fp4rl_cuda_fp8_gemm_mma(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c,
+                                     int c_bf16, int64_t M, int64_t N, int64_t K, int U)
 {
     fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
     if (K % 64 || (U != 32 && U != 64)) return FP4RL_ERR_UNSUPPORTED;
@@ -349,6 +720,14 @@ fp4rl_status fp4rl_cuda_fp8_gemm_tc(fp4rl_context *ctx, const uint8_t *a8, const
                     : fp8_tc_launch<32, float>(cu->stream, a8, sa, b8, sb, c, M, N, K);
     if (e != cudaSuccess) return fp4rl_cuda_fail(ctx, e, "fp4rl_matmul: FP8 tensor-core GEMM (shared memory attribute)");
     return fp4rl_cuda_check_launch(ctx, "fp4rl_matmul: FP8 tensor-core GEMM");
+}
+
+fp4rl_status fp4rl_cuda_fp8_gemm_tc(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c,
+                                    int c_bf16, int64_t M, int64_t N, int64_t K, int U)
+{
+    if (fp4rl_cuda_fp8_wg_ok(ctx, M, N, K) && !((uintptr_t)a8 & 15) && !((uintptr_t)b8 & 15))
+        return fp4rl_cuda_fp8_gemm_wg(ctx, a8, sa, b8, sb, c, c_bf16, M, N, K, U);
+    return fp4rl_cuda_fp8_gemm_mma(ctx, a8, sa, b8, sb, c, c_bf16, M, N, K, U);
 }
 
 int fp4rl_cuda_fp8_gemm_wanted(fp4rl_context *ctx, const fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b)

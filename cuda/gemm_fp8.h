@@ -15,7 +15,8 @@
  * Kernels: `ref`, one output a thread on the CUDA cores doing exactly this math (unit partials
  * promoted in K order), taken under FP4RL_FP8_GEMM=ref; `tc`, warp-level mma.sync m16n8k32
  * E4M3 (sm_89+), 128 x 128 CTA tiles, the same per-unit partials and promotions, taken under
- * FP4RL_FP8_GEMM=1 where fp4rl_cuda_fp8_tc_ok holds. Unset (the default) keeps the old BF16 path:
+ * FP4RL_FP8_GEMM=1 where fp4rl_cuda_fp8_tc_ok holds; on sm_90a builds run on an H100 / H200 that
+ * entry takes a wgmma kernel (fp4rl_cuda_fp8_gemm_wg) where K % 128 == 0 (issue 17, part 2). Unset (the default) keeps the old BF16 path:
  * the tensor-core kernel is exact but slower than it on the H200 (bench/RESULTS.md, session 11).
  */
 #ifndef FP4RL_CUDA_GEMM_FP8_H
@@ -40,7 +41,19 @@ fp4rl_status fp4rl_cuda_fp8_gemm_ref(fp4rl_context *ctx, const uint8_t *a8, cons
 /* The tensor-core kernel (mma.sync m16n8k32 E4M3, sm_89+; K % 64 == 0), same math and contract
  * as the reference; and its gate (sm_89+, M >= 512, N >= 128, K >= 128, K % 64 == 0). */
 int fp4rl_cuda_fp8_tc_ok(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K);
+/* The tensor-core entry: the wgmma kernel where fp4rl_cuda_fp8_wg_ok holds, else the mma.sync one. */
 fp4rl_status fp4rl_cuda_fp8_gemm_tc(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c,
+                                    int c_bf16, int64_t M, int64_t N, int64_t K, int U);
+/* The mma.sync m16n8k32 kernel alone (sm_89+, K % 64 == 0). */
+fp4rl_status fp4rl_cuda_fp8_gemm_mma(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c,
+                                     int c_bf16, int64_t M, int64_t N, int64_t K, int U);
+/* The wgmma kernel (wgmma.mma_async m64n128k32 E4M3 from TMA-loaded 128-byte-swizzled shared
+ * memory, a producer warp and two consumer warpgroups, 128 x 128 CTA tiles; same per-unit math
+ * and contract): its gate (compute capability 9.0 with sm_90a code in the build, the driver's
+ * tensor-map encoder, M >= 128, N >= 128, K >= 128, K % 128 == 0, FP4RL_FP8_WG not "0"; ragged
+ * M and N are fine) and the kernel alone (FP4RL_ERR_UNSUPPORTED where the gate fails). */
+int fp4rl_cuda_fp8_wg_ok(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K);
+fp4rl_status fp4rl_cuda_fp8_gemm_wg(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c,
                                     int c_bf16, int64_t M, int64_t N, int64_t K, int U);
 
 #endif /* FP4RL_CUDA_GEMM_FP8_H */
