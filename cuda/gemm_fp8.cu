@@ -308,7 +308,7 @@ constexpr int WG_SCA_U = 128, WG_SCB_U = 144;
 /* Promotion acc = fma(p, sa sb, acc): one rounding (the brief's choice; within the header's bound,
  * which counts two). false: acc + p (sa sb) with two roundings, the reference's and the mma.sync
  * kernel's exact arithmetic (bit-identical to them, one more instruction an output a unit). */
-constexpr bool WG_PROMOTE_FMA = true;
+[[maybe_unused]] constexpr bool WG_PROMOTE_FMA = true; /* unused outside the sm_90a pass */
 constexpr int WG_SC_BYTES = 5 * 1024;
 static_assert(4 * (WG_SCA_U + WG_SCB_U) * 4 <= WG_SC_BYTES, "scale region");
 constexpr int WG_STAGE_BYTES = WG_A_BYTES + WG_B_BYTES + WG_SC_BYTES; /* 37 KiB, a multiple of 1024 */
@@ -320,8 +320,8 @@ static_assert(WG_SMEM <= 227 * 1024, "shared memory of one CTA");
  * of a warp's 16 sit side by side. Column c = 8 j + 2 t + e of the B tile is stored at
  * 36 t + 2 j + e: the 32 columns of thread t are contiguous (float4 q holds n8 blocks 2q, 2q + 1),
  * and the 4 threads t of a quarter-warp read banks 0-3, 4-7, 8-11, 12-15. */
-__host__ __device__ constexpr int wg_sca_idx(int r) { return (r >> 4) * 16 + (r & 7) * 2 + ((r >> 3) & 1); }
-__host__ __device__ constexpr int wg_scb_idx(int c) { return ((c >> 1) & 3) * 36 + (c >> 3) * 2 + (c & 1); }
+[[maybe_unused]] __host__ __device__ constexpr int wg_sca_idx(int r) { return (r >> 4) * 16 + (r & 7) * 2 + ((r >> 3) & 1); }
+[[maybe_unused]] __host__ __device__ constexpr int wg_scb_idx(int c) { return ((c >> 1) & 3) * 36 + (c >> 3) * 2 + (c & 1); }
 
 /* The device helpers exist only in the sm_90a pass (the kernel's body is empty elsewhere). */
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
