@@ -18,9 +18,20 @@ __global__ void sub_k(float *out, const float *a, const float *b, int64_t n)
     GRID_STRIDE(i, n) out[i] = a[i] - b[i];
 }
 
-__global__ void residual_fwd_k(float *out, const float *a, const float *b, int64_t n)
+/* vec: every pointer 16-byte aligned; four elements a thread, a tail of n % 4 scalar */
+__global__ void residual_fwd_k(float *out, const float *a, const float *b, int64_t n, int vec)
 {
-    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+    const int64_t n4 = vec ? n / 4 : 0;
+    GRID_STRIDE(i, n4)
+    {
+        const float4 x = reinterpret_cast<const float4 *>(a)[i], y = reinterpret_cast<const float4 *>(b)[i];
+        reinterpret_cast<float4 *>(out)[i] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+    }
+    GRID_STRIDE(j, n - n4 * 4)
+    {
+        const int64_t i = n4 * 4 + j;
+        out[i] = a[i] + b[i];
+    }
 }
 __global__ void residual_bwd_k(float *da, float *db, const float *dout, int64_t n)
 {
@@ -178,9 +189,21 @@ __global__ void qkv_rope_store_k(float *q, void *kc, void *vc, int kv_bf16, cons
     }
 }
 
-/* swiglu_rows: out[n, i] = swiglu1(gu[n, i], gu[n, I + i]) */
-__global__ void swiglu_rows_k(float *out, const float *gu, int64_t N, int64_t I)
+/* swiglu_rows: out[n, i] = swiglu1(gu[n, i], gu[n, I + i]). vec (I % 4 == 0, out and gu 16-byte
+ * aligned): four consecutive elements of a row a thread, their four exps in flight together (the
+ * double exp is the cost); else one element a thread. */
+__global__ void swiglu_rows_k(float *out, const float *gu, int64_t N, int64_t I, int vec)
 {
+    if (vec) {
+        const int64_t I4 = I / 4;
+        GRID_STRIDE(j, N * I4)
+        {
+            const int64_t n = j / I4, i4 = j - n * I4;
+            const float4 g = reinterpret_cast<const float4 *>(gu + n * 2 * I)[i4], u = reinterpret_cast<const float4 *>(gu + n * 2 * I + I)[i4];
+            reinterpret_cast<float4 *>(out)[j] = make_float4(swiglu1(g.x, u.x), swiglu1(g.y, u.y), swiglu1(g.z, u.z), swiglu1(g.w, u.w));
+        }
+        return;
+    }
     GRID_STRIDE(j, N * I)
     {
         const int64_t n = j / I, i = j % I;
@@ -223,7 +246,8 @@ __global__ void underflow_k(float *counts, const float *x, const float *xq, int6
 
 fp4rl_status fp4rl_cuda_residual_forward(fp4rl_context *ctx, float *out, const float *a, const float *b, int64_t n)
 {
-    LAUNCH("residual_forward", residual_fwd_k, n, out, a, b, n);
+    const int vec = al16(out) && al16(a) && al16(b);
+    LAUNCH("residual_forward", residual_fwd_k, vec ? (n + 3) / 4 : n, out, a, b, n, vec);
 }
 fp4rl_status fp4rl_cuda_sub(fp4rl_context *ctx, float *out, const float *a, const float *b, int64_t n)
 {
@@ -291,7 +315,8 @@ fp4rl_status fp4rl_cuda_qkv_rope_store(fp4rl_context *ctx, float *q, void *kc, v
 }
 fp4rl_status fp4rl_cuda_swiglu_rows(fp4rl_context *ctx, float *out, const float *gu, int64_t N, int64_t inter)
 {
-    LAUNCH("swiglu_rows", swiglu_rows_k, N * inter, out, gu, N, inter);
+    const int vec = inter % 4 == 0 && al16(out) && al16(gu);
+    LAUNCH("swiglu_rows", swiglu_rows_k, vec ? N * inter / 4 : N * inter, out, gu, N, inter, vec);
 }
 fp4rl_status fp4rl_cuda_gather_rows(fp4rl_context *ctx, float *dst, const float *src, const int32_t *idx, int64_t N, int64_t W)
 {

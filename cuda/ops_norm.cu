@@ -12,6 +12,12 @@ namespace {
 
 /* With b (residual_rmsnorm) the row is first a + b, written to sum (which may alias a or b: each
  * thread reads its own elements before it writes them) and read back by the same thread. */
+/* One block a row. EPT > 0: the row is read once into registers (element c = tid + k * RED_THREADS
+ * in v[k], all loads issued before the first use) and the output computed from them; EPT == 0:
+ * any C, re-reading the row (or its sum) for the output. Both sum each thread's squares in
+ * increasing c and then block_sum, so the two are bit-identical. b (optional): the row is a + b,
+ * written to sum (the residual_rmsnorm). */
+template <int EPT>
 __global__ void __launch_bounds__(RED_THREADS) rmsnorm_fwd_k(float *out, float *rstd, const float *x, const float *weight, int64_t C,
                                                              float eps, const float *b, float *sum)
 {
@@ -20,6 +26,31 @@ __global__ void __launch_bounds__(RED_THREADS) rmsnorm_fwd_k(float *out, float *
     const float *xr = x + n * C;
     float *o = out + n * C;
     double ss = 0.0;
+    if constexpr (EPT > 0) {
+        float v[EPT];
+#pragma unroll
+        for (int k = 0; k < EPT; k++) {
+            const int64_t c = threadIdx.x + (int64_t)k * RED_THREADS;
+            v[k] = c < C ? (b ? xr[c] + b[n * C + c] : xr[c]) : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < EPT; k++) {
+            const int64_t c = threadIdx.x + (int64_t)k * RED_THREADS;
+            if (c < C) {
+                if (b) sum[n * C + c] = v[k];
+                ss += (double)v[k] * v[k];
+            }
+        }
+        ss = block_sum(ss, sh);
+        const float r = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
+#pragma unroll
+        for (int k = 0; k < EPT; k++) {
+            const int64_t c = threadIdx.x + (int64_t)k * RED_THREADS;
+            if (c < C) o[c] = (v[k] * r) * weight[c];
+        }
+        if (threadIdx.x == 0) rstd[n] = r;
+        return;
+    }
     if (b) {
         const float *br = b + n * C;
         float *sr = sum + n * C;
@@ -36,6 +67,18 @@ __global__ void __launch_bounds__(RED_THREADS) rmsnorm_fwd_k(float *out, float *
     const float r = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) o[c] = (xr[c] * r) * weight[c];
     if (threadIdx.x == 0) rstd[n] = r;
+}
+
+/* The smallest register tile that holds a row of C, else the re-reading form. In place (out == x,
+ * or sum == a) stays correct: a thread reads its own elements before it writes them. */
+static void rmsnorm_launch(cudaStream_t s, float *out, float *rstd, const float *x, const float *weight, int64_t N, int64_t C,
+                           float eps, const float *b, float *sum)
+{
+    const unsigned g = (unsigned)N;
+    if (C <= 4 * RED_THREADS) rmsnorm_fwd_k<4><<<g, RED_THREADS, 0, s>>>(out, rstd, x, weight, C, eps, b, sum);
+    else if (C <= 8 * RED_THREADS) rmsnorm_fwd_k<8><<<g, RED_THREADS, 0, s>>>(out, rstd, x, weight, C, eps, b, sum);
+    else if (C <= 16 * RED_THREADS) rmsnorm_fwd_k<16><<<g, RED_THREADS, 0, s>>>(out, rstd, x, weight, C, eps, b, sum);
+    else rmsnorm_fwd_k<0><<<g, RED_THREADS, 0, s>>>(out, rstd, x, weight, C, eps, b, sum);
 }
 
 __global__ void __launch_bounds__(RED_THREADS) rmsnorm_bwd_dx_k(float *dx, const float *dout, const float *x, const float *weight,
@@ -71,7 +114,7 @@ fp4rl_status fp4rl_cuda_rmsnorm_forward(fp4rl_context *ctx, float *out, float *r
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
-    rmsnorm_fwd_k<<<(unsigned)N, RED_THREADS, 0, s>>>(out, rstd, x, weight, C, eps, nullptr, nullptr);
+    rmsnorm_launch(s, out, rstd, x, weight, N, C, eps, nullptr, nullptr);
     return fp4rl_cuda_check_launch(ctx, "rmsnorm_forward");
 }
 
@@ -81,7 +124,7 @@ fp4rl_status fp4rl_cuda_residual_rmsnorm(fp4rl_context *ctx, float *sum, float *
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
-    rmsnorm_fwd_k<<<(unsigned)N, RED_THREADS, 0, s>>>(out, rstd, a, weight, C, eps, b, sum);
+    rmsnorm_launch(s, out, rstd, a, weight, N, C, eps, b, sum);
     return fp4rl_cuda_check_launch(ctx, "residual_rmsnorm");
 }
 

@@ -205,13 +205,27 @@ __global__ void pack_bf16_x4_k(uint2 *dst, const float4 *src, int64_t n4)
     }
 }
 
-/* add_halves: the CPU's expression, (top + b) + bottom */
-__global__ void add_halves_k(float *y, const float *ys, const float *b, int64_t N, int64_t OUT)
+/* add_halves: the CPU's expression, (top + b) + bottom; vec (OUT % 4 == 0, every pointer 16-byte
+ * aligned): four consecutive outputs of a row a thread (it is bound by the 3 x N x OUT floats it
+ * moves) */
+__device__ __forceinline__ float add_half(float top, const float *b, int64_t c, float bottom)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * OUT; i += (int64_t)gridDim.x * blockDim.x) {
-        const float top = b ? ys[i] + b[i % OUT] : ys[i];
-        y[i] = top + ys[N * OUT + i];
+    return (b ? top + b[c] : top) + bottom;
+}
+__global__ void add_halves_k(float *y, const float *ys, const float *b, int64_t N, int64_t OUT, int vec)
+{
+    if (vec) {
+        const int64_t O4 = OUT / 4, n4 = N * O4;
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
+            const float4 t = reinterpret_cast<const float4 *>(ys)[i], u = reinterpret_cast<const float4 *>(ys)[n4 + i];
+            const int64_t c = (i % O4) * 4;
+            reinterpret_cast<float4 *>(y)[i] =
+                make_float4(add_half(t.x, b, c, u.x), add_half(t.y, b, c + 1, u.y), add_half(t.z, b, c + 2, u.z), add_half(t.w, b, c + 3, u.w));
+        }
+        return;
     }
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * OUT; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = add_half(ys[i], b, i % OUT, ys[N * OUT + i]);
 }
 
 } // namespace
@@ -223,7 +237,11 @@ fp4rl_status fp4rl_cuda_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned 
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
     if (fmt < 0) {
-        act_bf16_k<<<ew_grid(N * K), 256, 0, s>>>(out, x, N * K);
+        const int64_t n = N * K;
+        if (n % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 8 == 0) /* four values a thread */
+            pack_bf16_x4_k<<<ew_grid(n / 4), 256, 0, s>>>(reinterpret_cast<uint2 *>(out), reinterpret_cast<const float4 *>(x), n / 4);
+        else
+            act_bf16_k<<<ew_grid(n), 256, 0, s>>>(out, x, n);
         return fp4rl_cuda_check_launch(ctx, "rollout_act (bf16)");
     }
     const int bs = fp4rl_qdq_block_size(fmt);
@@ -239,7 +257,8 @@ fp4rl_status fp4rl_cuda_add_halves(fp4rl_context *ctx, float *y, const float *ys
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
-    add_halves_k<<<ew_grid(N * OUT), 256, 0, s>>>(y, ys, b, N, OUT);
+    const int vec = OUT % 4 == 0 && (uintptr_t)y % 16 == 0 && (uintptr_t)ys % 16 == 0 && (uintptr_t)b % 16 == 0;
+    add_halves_k<<<ew_grid(vec ? N * OUT / 4 : N * OUT), 256, 0, s>>>(y, ys, b, N, OUT, vec);
     return fp4rl_cuda_check_launch(ctx, "add_halves");
 }
 

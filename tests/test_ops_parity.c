@@ -452,13 +452,20 @@ START_TEST(test_fused_block_ops)
     }
     float *gu = rnd(N * 2 * I, 4), *h = malloc((size_t)(N * I) * 4);
     float *dgu = upf(gu, N * 2 * I), *dh = upf(h, N * I), *dh2 = upf(h, N * I);
-    C->swiglu_rows(cpu, h, gu, N, I);
-    OKG(G->swiglu_rows(gpu, dh, dgu, N, I));
-    for (int64_t n = 0; n < N; n++) OKG(G->swiglu_forward(gpu, dh2 + n * I, dgu + n * 2 * I, dgu + n * 2 * I + I, I));
-    cmp("swiglu_rows", dh, h, N * I, 1e-6);
-    void *a = down(dh, (size_t)(N * I) * 4), *b = down(dh2, (size_t)(N * I) * 4);
-    ck_assert_msg(!memcmp(a, b, (size_t)(N * I) * 4), "swiglu_rows differs from the GPU's swiglu_forward");
-    free(a), free(b);
+    for (int64_t Ir = I; Ir <= I + 1; Ir++) { /* I % 4 == 0: four elements a thread; I + 1: one */
+        C->swiglu_rows(cpu, h, gu, N, Ir);
+        OKG(G->swiglu_rows(gpu, dh, dgu, N, Ir));
+        for (int64_t n = 0; n < N; n++) OKG(G->swiglu_forward(gpu, dh2 + n * Ir, dgu + n * 2 * Ir, dgu + n * 2 * Ir + Ir, Ir));
+        cmp("swiglu_rows", dh, h, N * Ir, 1e-6);
+        void *a = down(dh, (size_t)(N * Ir) * 4), *b = down(dh2, (size_t)(N * Ir) * 4);
+        ck_assert_msg(!memcmp(a, b, (size_t)(N * Ir) * 4), "swiglu_rows (I = %lld) differs from the GPU's swiglu_forward", (long long)Ir);
+        free(a), free(b);
+        if (Ir == I) { /* the next I reads one more element a row than gu's N * 2 * I: refill */
+            free(gu), dfree(dgu), dfree(dh), dfree(dh2);
+            gu = rnd(N * 2 * (I + 1), 4), h = realloc(h, (size_t)(N * (I + 1)) * 4);
+            dgu = upf(gu, N * 2 * (I + 1)), dh = upf(h, N * (I + 1)), dh2 = upf(h, N * (I + 1));
+        }
+    }
     /* residual_rmsnorm, also with the sum over one of its inputs (training writes x1 apart, the
      * rollout in place) */
     const int64_t Cn = 896;
@@ -483,13 +490,34 @@ START_TEST(test_fused_block_ops)
     for (int i = 0; i < 3; i++) free(got[i]), free(want[i]);
     free(inplace), free(ra), free(rb), free(rw), free(rs), free(ro), free(rr);
     dfree(dra), dfree(drb), dfree(drw), dfree(drs), dfree(dro), dfree(drs2), dfree(dro2), dfree(drr), dfree(drr2);
+    /* every row form of the norm kernel: rows held in 8 or 16 registers a thread, and re-read
+     * (C beyond 16 x 256), against the CPU */
+    const int64_t Cs[3] = {2048, 3584, 4100};
+    for (int i = 0; i < 3; i++) {
+        const int64_t Cc = Cs[i], Nr = 5;
+        float *xa = rnd(Nr * Cc, 3), *xb = rnd(Nr * Cc, 2), *xw = rnd(Cc, 1), *cs = malloc((size_t)(Nr * Cc) * 4);
+        float *co = malloc((size_t)(Nr * Cc) * 4), *cr = malloc((size_t)Nr * 4);
+        float *gxa = upf(xa, Nr * Cc), *gxb = upf(xb, Nr * Cc), *gxw = upf(xw, Cc), *gs = upf(xa, Nr * Cc), *go = upf(xa, Nr * Cc);
+        float *gr = upf(xa, Nr);
+        C->residual_rmsnorm(cpu, cs, co, cr, xa, xb, xw, Nr, Cc, 1e-6f);
+        OKG(G->residual_rmsnorm(gpu, gs, go, gr, gxa, gxb, gxw, Nr, Cc, 1e-6f));
+        cmp("residual_rmsnorm sum (wide)", gs, cs, Nr * Cc, 0);
+        cmp("residual_rmsnorm out (wide)", go, co, Nr * Cc, 1e-6);
+        cmp("residual_rmsnorm rstd (wide)", gr, cr, Nr, 1e-6);
+        C->rmsnorm_forward(cpu, co, cr, xa, xw, Nr, Cc, 1e-6f);
+        OKG(G->rmsnorm_forward(gpu, go, gr, gxa, gxw, Nr, Cc, 1e-6f));
+        cmp("rmsnorm_forward out (wide)", go, co, Nr * Cc, 1e-6);
+        free(xa), free(xb), free(xw), free(cs), free(co), free(cr);
+        dfree(gxa), dfree(gxb), dfree(gxw), dfree(gs), dfree(go), dfree(gr);
+    }
     /* add_halves: ResQ's two GEMM halves, with and without bias, bit for bit the CPU */
-    for (int with_b = 0; with_b < 2; with_b++) {
-        float *ys = rnd(2 * N * I, 5), *hb = rnd(I, 1), *y = malloc((size_t)(N * I) * 4);
-        float *dys = upf(ys, 2 * N * I), *dhb = upf(hb, I), *dy = upf(ys, N * I);
-        C->add_halves(cpu, y, ys, with_b ? hb : NULL, N, I);
-        OKG(G->add_halves(gpu, dy, dys, with_b ? dhb : NULL, N, I));
-        cmp(with_b ? "add_halves (bias)" : "add_halves", dy, y, N * I, 0);
+    for (int with_b = 0; with_b < 4; with_b++) { /* bias or not; OUT % 4 == 0 (four a thread) or not */
+        const int64_t O = with_b < 2 ? I : I + 1;
+        float *ys = rnd(2 * N * O, 5), *hb = rnd(O, 1), *y = malloc((size_t)(N * O) * 4);
+        float *dys = upf(ys, 2 * N * O), *dhb = upf(hb, O), *dy = upf(ys, N * O);
+        C->add_halves(cpu, y, ys, with_b % 2 ? hb : NULL, N, O);
+        OKG(G->add_halves(gpu, dy, dys, with_b % 2 ? dhb : NULL, N, O));
+        cmp(with_b % 2 ? "add_halves (bias)" : "add_halves", dy, y, N * O, 0);
         free(ys), free(hb), free(y);
         dfree(dys), dfree(dhb), dfree(dy);
     }
