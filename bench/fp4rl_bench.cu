@@ -398,8 +398,8 @@ static void fp8_section(void)
             void *a8, *b8, *sa, *sb;
             CK(fp4rl_cuda_alloc_bytes(ctx, &a8, (size_t)(M * K)));
             CK(fp4rl_cuda_alloc_bytes(ctx, &b8, (size_t)(N * K)));
-            CK(fp4rl_cuda_alloc_bytes(ctx, &sa, (size_t)(M * (K / U)) * 4));
-            CK(fp4rl_cuda_alloc_bytes(ctx, &sb, (size_t)(N * (K / U)) * 4));
+            CK(fp4rl_cuda_alloc_bytes(ctx, &sa, fp4rl_cuda_fp8_scales_bytes(M, K, U)));
+            CK(fp4rl_cuda_alloc_bytes(ctx, &sb, fp4rl_cuda_fp8_scales_bytes(N, K, U)));
             auto prepass = [&]() {
                 CK(fp4rl_cuda_fp8_prepass(ctx, qa, (uint8_t *)a8, (float *)sa));
                 CK(fp4rl_cuda_fp8_prepass(ctx, qb, (uint8_t *)b8, (float *)sb));
