@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include <cuda.h> /* CUtensorMap and its enums only: the encoder comes through cudaGetDriverEntryPointByVersion (no -lcuda) */
 
 #include "gemm_fp8.h"
@@ -454,6 +456,7 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t addr)
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_fence_regs(float (&d)[64])
 {
 #pragma unroll
@@ -470,9 +473,19 @@ __device__ __forceinline__ void wg_mma_zero(float (&d)[64], uint64_t da, uint64_
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(da), "l"(db), "r"(0));
 }
+
+/* d[OFF .. OFF + 31] = A B (scale-d = 0), one m64n64k32 E4M3 step: the N-half of the B tile that db
+ * points at; fragment d[OFF + 4 j + e], j = 0..7, as the m64n128 one restricted to 8 n8 blocks. */
+template <int OFF> __device__ __forceinline__ void wg_mma_zero_n64(float (&d)[64], uint64_t da, uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1;\n}\n"
+                 : "+f"(d[OFF + 0]), "+f"(d[OFF + 1]), "+f"(d[OFF + 2]), "+f"(d[OFF + 3]), "+f"(d[OFF + 4]), "+f"(d[OFF + 5]), "+f"(d[OFF + 6]), "+f"(d[OFF + 7]), "+f"(d[OFF + 8]), "+f"(d[OFF + 9]), "+f"(d[OFF + 10]), "+f"(d[OFF + 11]), "+f"(d[OFF + 12]), "+f"(d[OFF + 13]), "+f"(d[OFF + 14]), "+f"(d[OFF + 15]), "+f"(d[OFF + 16]), "+f"(d[OFF + 17]), "+f"(d[OFF + 18]), "+f"(d[OFF + 19]), "+f"(d[OFF + 20]), "+f"(d[OFF + 21]), "+f"(d[OFF + 22]), "+f"(d[OFF + 23]), "+f"(d[OFF + 24]), "+f"(d[OFF + 25]), "+f"(d[OFF + 26]), "+f"(d[OFF + 27]), "+f"(d[OFF + 28]), "+f"(d[OFF + 29]), "+f"(d[OFF + 30]), "+f"(d[OFF + 31])
+                 : "l"(da), "l"(db), "r"(0));
+}
 #endif /* __CUDA_ARCH_FEAT_SM90_ALL */
 
-template <int U, typename TC>
+template <int U, typename TC, bool PIPE>
 __global__ void __launch_bounds__(WG_THREADS, 1) fp8_wg_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                                                                const float *__restrict__ sa, const float *__restrict__ sb,
                                                                TC *__restrict__ c, int M, int N, int K)
@@ -545,6 +558,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) fp8_wg_kernel(const __grid_cons
 #pragma unroll
     for (int i = 0; i < 64; i++) acc[i] = 0.0f;
 
+    if constexpr (!PIPE) {
     for (int kt = 0; kt < KT; kt++) {
         const int s = kt % WG_STAGES;
         wg_mbar_wait(bar_full + 8 * s, (uint32_t)(kt / WG_STAGES) & 1u);
@@ -580,6 +594,79 @@ __global__ void __launch_bounds__(WG_THREADS, 1) fp8_wg_kernel(const __grid_cons
          * done: release the slot. */
         __syncwarp();
         if (lane == 0) wg_mbar_arrive(bar_empty + 8 * s);
+    }
+    } else {
+    /* Pipelined variant (FP4RL_FP8_WG_PIPE=1): 4 jobs a stage, each job's wgmmas issued one job
+     * ahead of its promotion, so this warpgroup's tensor-core work overlaps its own promotion, not
+     * only the other warpgroup's. HiF4: job jj = unit jj / 2, N-half jj % 2 (two m64n64k32 steps
+     * from zero into buffer jj % 2: step 0 at [0, 32), step 1 at [32, 64)). MXFP4: job jj = unit jj
+     * (one m64n128k32 from zero into buffer jj % 2). Consecutive jobs alternate buffers, so the
+     * job in flight never writes the one being promoted; the stage's last job issues the next
+     * stage's first (after its full barrier), and where there is none an empty group keeps
+     * wait_group 1 exact. Same per-output arithmetic and K order as the plain loop. */
+    const int w_row = wg * 64 + w * 16 + g;
+    auto issue = [&](int s, int jj, float (&buf)[64]) {
+        const uint32_t st = base + s * WG_STAGE_BYTES;
+        const uint64_t dA = wg_desc(st + wg * 64 * WG_BK), dB = wg_desc(st + WG_A_BYTES);
+        wg_fence();
+        if constexpr (KPU == 2) {
+            const int ul = jj >> 1, h = jj & 1;
+            const uint64_t db = dB + (uint64_t)(h * (64 * WG_BK / 16)); /* rows 64 h of B: 8 KiB, 1024-aligned */
+            wg_mma_zero_n64<0>(buf, dA + (uint64_t)(ul * 4), db + (uint64_t)(ul * 4));
+            wg_mma_zero_n64<32>(buf, dA + (uint64_t)(ul * 4 + 2), db + (uint64_t)(ul * 4 + 2));
+        } else {
+            wg_mma_zero(buf, dA + (uint64_t)(jj * 2), dB + (uint64_t)(jj * 2));
+        }
+    };
+    auto promote = [&](int s, int jj, float (&buf)[64]) {
+        wg_fence_regs(buf);
+        const float *scs = reinterpret_cast<const float *>(gbase + s * WG_STAGE_BYTES + WG_A_BYTES + WG_B_BYTES);
+        const int ul = KPU == 2 ? jj >> 1 : jj;
+        const float a0 = scs[ul * WG_SC_U + w_row], a1 = scs[ul * WG_SC_U + w_row + 8];
+        const float *ssb = scs + (UPS + ul) * WG_SC_U + 2 * t;
+        constexpr int NJ = KPU == 2 ? 8 : 16; /* n8 blocks a job */
+        const int j0 = KPU == 2 ? (jj & 1) * 8 : 0;
+#pragma unroll
+        for (int jl = 0; jl < NJ; jl++) {
+            const int j = j0 + jl;
+            const float2 b = *reinterpret_cast<const float2 *>(ssb + 8 * j);
+            const float sc[4] = {a0 * b.x, a0 * b.y, a1 * b.x, a1 * b.y}; /* sa sb: exact */
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float q;
+                if constexpr (KPU == 2) q = buf[4 * jl + e] + buf[32 + 4 * jl + e]; /* exact: integers < 2^16 */
+                else q = buf[4 * jl + e];
+                acc[4 * j + e] = WG_PROMOTE_FMA ? __fmaf_rn(q, sc[e], acc[4 * j + e]) : __fadd_rn(acc[4 * j + e], __fmul_rn(q, sc[e]));
+            }
+        }
+    };
+    /* One stage's 4 jobs: job 0 issued after the full barrier, then for each job jj the next one
+     * issued before jj is waited for (wait_group 1) and promoted; job 3 is promoted after
+     * wait_group 0. Nothing is in flight across the loop's back edge: there the compiler may move
+     * the buffers between registers, and ptxas serializes every wgmma of the kernel when such
+     * moves read the registers of one in flight (C7514). */
+    for (int kt = 0; kt < KT; kt++) {
+        const int s = kt % WG_STAGES;
+        wg_mbar_wait(bar_full + 8 * s, (uint32_t)(kt / WG_STAGES) & 1u);
+        issue(s, 0, p0);
+        wg_commit();
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++) {
+            if (jj < 3) {
+                if (jj & 1) issue(s, jj + 1, p0); /* job jj + 1 into buffer (jj + 1) % 2 */
+                else issue(s, jj + 1, p1);
+                wg_commit();
+                wg_wait1(); /* job jj done */
+            } else {
+                wg_wait0();
+            }
+            if (jj & 1) promote(s, jj, p1);
+            else promote(s, jj, p0);
+        }
+        /* jobs 0-3 of stage s are complete and their scales read: release it */
+        __syncwarp();
+        if (lane == 0) wg_mbar_arrive(bar_empty + 8 * s);
+    }
     }
 
     /* Epilogue through shared memory: both consumer warpgroups are past their last reads of the
@@ -691,15 +778,26 @@ int wg_map(CUtensorMap *map, const uint8_t *p, int64_t rows, int64_t K)
                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+template <int U, typename TC, bool PIPE>
+cudaError_t fp8_wg_launch_v(cudaStream_t st, const CUtensorMap &ma, const CUtensorMap &mb, const float *sa, const float *sb, void *c,
+                            int64_t M, int64_t N, int64_t K)
+{
+    const cudaError_t e = cudaFuncSetAttribute(fp8_wg_kernel<U, TC, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
+    if (e != cudaSuccess) return e;
+    const unsigned tiles = (unsigned)(((M + WG_BM - 1) / WG_BM) * ((N + WG_BN - 1) / WG_BN));
+    fp8_wg_kernel<U, TC, PIPE><<<tiles, WG_THREADS, WG_SMEM, st>>>(ma, mb, sa, sb, static_cast<TC *>(c), (int)M, (int)N, (int)K);
+    return cudaSuccess;
+}
+
+/* FP4RL_FP8_WG_PIPE=1: the pipelined consumer loop (see fp8_wg_kernel); else the plain one. Read
+ * at every launch (the bench and the test switch it). */
 template <int U, typename TC>
 cudaError_t fp8_wg_launch(cudaStream_t st, const CUtensorMap &ma, const CUtensorMap &mb, const float *sa, const float *sb, void *c,
                           int64_t M, int64_t N, int64_t K)
 {
-    const cudaError_t e = cudaFuncSetAttribute(fp8_wg_kernel<U, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
-    if (e != cudaSuccess) return e;
-    const unsigned tiles = (unsigned)(((M + WG_BM - 1) / WG_BM) * ((N + WG_BN - 1) / WG_BN));
-    fp8_wg_kernel<U, TC><<<tiles, WG_THREADS, WG_SMEM, st>>>(ma, mb, sa, sb, static_cast<TC *>(c), (int)M, (int)N, (int)K);
-    return cudaSuccess;
+    const char *e = getenv("FP4RL_FP8_WG_PIPE");
+    if (e && strcmp(e, "1") == 0) return fp8_wg_launch_v<U, TC, true>(st, ma, mb, sa, sb, c, M, N, K);
+    return fp8_wg_launch_v<U, TC, false>(st, ma, mb, sa, sb, c, M, N, K);
 }
 
 /* FP4RL_FP8_GEMM: "1" -> the tensor-core kernel where its gate holds (sm_89+, M >= 512, N >= 128,
