@@ -601,9 +601,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1) fp8_wg_kernel(const __grid_cons
      * only the other warpgroup's. HiF4: job jj = unit jj / 2, N-half jj % 2 (two m64n64k32 steps
      * from zero into buffer jj % 2: step 0 at [0, 32), step 1 at [32, 64)). MXFP4: job jj = unit jj
      * (one m64n128k32 from zero into buffer jj % 2). Consecutive jobs alternate buffers, so the
-     * job in flight never writes the one being promoted; the stage's last job issues the next
-     * stage's first (after its full barrier), and where there is none an empty group keeps
-     * wait_group 1 exact. Same per-output arithmetic and K order as the plain loop. */
+     * job in flight never writes the one being promoted. Same per-output arithmetic and K order
+     * as the plain loop. HiF4 reads each A k32 slice twice (once per N-half): more shared-memory
+     * traffic for the tensor cores than the plain loop's m64n128. */
     const int w_row = wg * 64 + w * 16 + g;
     auto issue = [&](int s, int jj, float (&buf)[64]) {
         const uint32_t st = base + s * WG_STAGE_BYTES;
