@@ -65,7 +65,7 @@ __global__ void prepass_mxfp4_kernel(const uint8_t *codes, const uint8_t *sc, in
  * sign bit 3 of each nibble moved to bit 7 of its byte. HiF4's increment inc = e8[j / 8] +
  * e16[j / 4] is one value for the 4 elements of a micro-block, so it picks the table. The tables
  * equal e4m3_exact of the scalar kernels' values for every code and inc (checked exhaustively on
- * the host: tools in WGMMA_NOTES.md), so both kernels write the same bytes. */
+ * the host: tools/check_fp8_prepass_lut.c), so both kernels write the same bytes. */
 __device__ __forceinline__ uint32_t pp_sign4(uint32_t n16)
 {
     uint32_t t = n16;
