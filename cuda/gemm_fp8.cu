@@ -640,16 +640,21 @@ __global__ void __launch_bounds__(WG_THREADS, 1) fp8_wg_kernel(const __grid_cons
             }
         }
     };
-    /* One stage's 4 jobs: job 0 issued after the full barrier, then for each job jj the next one
-     * issued before jj is waited for (wait_group 1) and promoted; job 3 is promoted after
-     * wait_group 0. Nothing is in flight across the loop's back edge: there the compiler may move
-     * the buffers between registers, and ptxas serializes every wgmma of the kernel when such
-     * moves read the registers of one in flight (C7514). */
-    for (int kt = 0; kt < KT; kt++) {
+    /* One stage's 4 jobs: for each job jj the next one is issued before jj is waited for
+     * (wait_group 1) and promoted. FIRST: job 0 was issued by the previous stage's job 3; NEXT:
+     * job 3 issues the next stage's job 0 (after its full barrier), else job 3 is promoted after
+     * wait_group 0. The loop runs stages in pairs (kt: NEXT, kt + 1: FIRST), so nothing is in
+     * flight across its back edge: there the compiler may move the buffers between registers, and
+     * ptxas serializes every wgmma of the kernel when such moves touch the registers of one in
+     * flight (C7514 / C7515, seen with a one-stage body that issued across the back edge). */
+    auto run_stage = [&](int kt, auto first, auto next) {
+        constexpr bool FIRST = decltype(first)::value, NEXT = decltype(next)::value;
         const int s = kt % WG_STAGES;
-        wg_mbar_wait(bar_full + 8 * s, (uint32_t)(kt / WG_STAGES) & 1u);
-        issue(s, 0, p0);
-        wg_commit();
+        if constexpr (!FIRST) {
+            wg_mbar_wait(bar_full + 8 * s, (uint32_t)(kt / WG_STAGES) & 1u);
+            issue(s, 0, p0);
+            wg_commit();
+        }
 #pragma unroll
         for (int jj = 0; jj < 4; jj++) {
             if (jj < 3) {
@@ -657,6 +662,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1) fp8_wg_kernel(const __grid_cons
                 else issue(s, jj + 1, p1);
                 wg_commit();
                 wg_wait1(); /* job jj done */
+            } else if constexpr (NEXT) {
+                const int s2 = (kt + 1) % WG_STAGES;
+                wg_mbar_wait(bar_full + 8 * s2, (uint32_t)((kt + 1) / WG_STAGES) & 1u);
+                issue(s2, 0, p0);
+                wg_commit();
+                wg_wait1();
             } else {
                 wg_wait0();
             }
@@ -666,7 +677,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1) fp8_wg_kernel(const __grid_cons
         /* jobs 0-3 of stage s are complete and their scales read: release it */
         __syncwarp();
         if (lane == 0) wg_mbar_arrive(bar_empty + 8 * s);
+    };
+    int kt = 0;
+    for (; kt + 1 < KT; kt += 2) {
+        run_stage(kt, std::false_type(), std::true_type());
+        run_stage(kt + 1, std::true_type(), std::false_type());
     }
+    if (kt < KT) run_stage(kt, std::false_type(), std::false_type());
     }
 
     /* Epilogue through shared memory: both consumer warpgroups are past their last reads of the
