@@ -61,7 +61,9 @@ fp4rl_status fp4rl_cuda_fp8_gemm_mma(fp4rl_context *ctx, const uint8_t *a8, cons
  * memory, a producer warp and two consumer warpgroups, 128 x 128 CTA tiles; same per-unit math
  * and contract): its gate (compute capability 9.0 with sm_90a code in the build, the driver's
  * tensor-map encoder, M >= 128, N >= 128, K >= 128, K % 128 == 0, FP4RL_FP8_WG not "0"; ragged
- * M and N are fine) and the kernel alone (FP4RL_ERR_UNSUPPORTED where the gate fails). */
+ * M and N are fine; sa, sb, a8, b8 16-byte aligned) and the kernel alone (FP4RL_ERR_UNSUPPORTED
+ * where the gate fails). FP4RL_FP8_WG_PIPE=1 selects its pipelined consumer loop (each job's
+ * wgmmas issued before the previous job's promotion; same results), read at every launch. */
 int fp4rl_cuda_fp8_wg_ok(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K);
 fp4rl_status fp4rl_cuda_fp8_gemm_wg(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c,
                                     int c_bf16, int64_t M, int64_t N, int64_t K, int U);
