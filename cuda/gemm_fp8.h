@@ -4,8 +4,8 @@
  * Both formats' elements times their sub-unit power-of-two factors are small integers, exact in
  * E4M3 once scaled by 4 (HiF4: k * 2^inc, k <= 7, inc <= 2, so |v| <= 28) or by 2 (MXFP4's E2M1:
  * 2 * {0, .5, 1, 1.5, 2, 3, 4, 6}, |v| <= 12). A pre-pass writes each operand as E4M3 bytes
- * [rows, K] and one FP32 scale per unit [rows, K / U] (HiF4: base / 4, U = 64; MXFP4:
- * 2^e / 2, U = 32). A unit's partial sum of E4M3 products is a sum of at most 64 integers below
+ * [rows, K] and one FP32 scale per unit (HiF4: base / 4, U = 64; MXFP4: 2^e / 2, U = 32) in the
+ * scale layout below. A unit's partial sum of E4M3 products is a sum of at most 64 integers below
  * 2^10, so it is exact in FP32; the only roundings are the promotion acc += p * (sa * sb)
  * (sa * sb itself is exact away from under/overflow: 3 + 3 significant bits) and the final store.
  * Bound per output, S = sum_k |a_k b_k|: |C - C_exact| <= (2 K / U + 2) 2^-24 S, plus 2^-9 S for
@@ -24,6 +24,15 @@
 
 #include "cuda_internal.h"
 
+/* The unit-scale layout (its one owner; the pre-pass writes it, every kernel reads it): unit-major,
+ * [K / U][ld] floats with ld = FP4RL_FP8_SCALE_LD(rows), rows rounded up to a multiple of 128:
+ * the scale of row r, unit u is at scales[u * ld + r], so one unit's scales of consecutive rows are
+ * contiguous (the wgmma producer fetches a tile's 128 rows of a unit as one 512-byte bulk copy,
+ * 16-byte aligned, never past the buffer). Rows rows .. ld - 1 are padding, written as zeros by
+ * the pre-pass. The buffer takes fp4rl_cuda_fp8_scales_bytes(rows, K, U) bytes, 16-byte aligned. */
+#define FP4RL_FP8_SCALE_LD(rows) ((((rows) + 127) / 128) * 128)
+static inline size_t fp4rl_cuda_fp8_scales_bytes(int64_t rows, int64_t K, int U) { return (size_t)((K / U) * FP4RL_FP8_SCALE_LD(rows)) * 4; }
+
 /* Whether C = A B^T for these operands can take the FP8 path (format pair, 1D along K or MXFP4
  * 32 x 32 tiles, K % U == 0) and the env / device select it. */
 int fp4rl_cuda_fp8_gemm_wanted(fp4rl_context *ctx, const fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b);
@@ -32,7 +41,8 @@ int fp4rl_cuda_fp8_gemm_wanted(fp4rl_context *ctx, const fp4rl_tensor *c, const 
 fp4rl_status fp4rl_cuda_fp8_gemm(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b);
 
 /* Pieces for the test and the bench: the unit of a format (0: not an FP8-path format), the
- * pre-pass of one operand into caller buffers (e4m3 [rows, K], scales [rows, K / U]), and the
+ * pre-pass of one operand into caller buffers (e4m3 [rows, K]; scales [K / U][FP4RL_FP8_SCALE_LD(rows)],
+ * see above), and the
  * reference kernel on pre-passed operands (c: F32 when c_bf16 == 0, else BF16). */
 int fp4rl_cuda_fp8_unit(const fp4rl_tensor *t);
 fp4rl_status fp4rl_cuda_fp8_prepass(fp4rl_context *ctx, const fp4rl_tensor *t, uint8_t *e4m3, float *scales);
@@ -51,7 +61,9 @@ fp4rl_status fp4rl_cuda_fp8_gemm_mma(fp4rl_context *ctx, const uint8_t *a8, cons
  * memory, a producer warp and two consumer warpgroups, 128 x 128 CTA tiles; same per-unit math
  * and contract): its gate (compute capability 9.0 with sm_90a code in the build, the driver's
  * tensor-map encoder, M >= 128, N >= 128, K >= 128, K % 128 == 0, FP4RL_FP8_WG not "0"; ragged
- * M and N are fine) and the kernel alone (FP4RL_ERR_UNSUPPORTED where the gate fails). */
+ * M and N are fine; sa, sb, a8, b8 16-byte aligned) and the kernel alone (FP4RL_ERR_UNSUPPORTED
+ * where the gate fails). FP4RL_FP8_WG_PIPE=1 selects its pipelined consumer loop (each job's
+ * wgmmas issued before the previous job's promotion; same results), read at every launch. */
 int fp4rl_cuda_fp8_wg_ok(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K);
 fp4rl_status fp4rl_cuda_fp8_gemm_wg(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c,
                                     int c_bf16, int64_t M, int64_t N, int64_t K, int U);

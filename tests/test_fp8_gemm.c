@@ -4,14 +4,15 @@
  * the exactly dequantized operands (fp4rl_dequantize). Each kernel selected by FP4RL_FP8_GEMM
  * ("ref": the CUDA-core reference, "1": the tensor-core entry, i.e. the wgmma kernel where it
  * applies (sm_90a build on an H100 / H200, K % 128 == 0, M, N >= 128) and the mma.sync kernel
- * elsewhere, "mma": "1" with FP4RL_FP8_WG=0, the mma.sync kernel everywhere, "0": the old BF16
+ * elsewhere, "mma": "1" with FP4RL_FP8_WG=0, the mma.sync kernel everywhere, "pipe": "1" with
+ * FP4RL_FP8_WG_PIPE=1, the wgmma kernel's pipelined consumer loop, "0": the old BF16
  * path) must give, per output with S = sum_k |a_k b_k|,
  *     |c - c_exact| <= 2^-9 S [BF16 C only] + (2 K / U + 2) 2^-24 S
  * (the per-unit partials are exact; each promotion rounds twice: p * (sa sb), then the add),
  * far inside test_matmul's contract for fp4rl_matmul, 2 K 2^-23 S (+ 2^-8 for BF16 C). Big shapes check a sample of
- * outputs. Prints the worst err / S per case, and for an F32 C how many outputs of "1" and "mma"
- * differ in their bits from "ref" (the wgmma kernel promotes with one FMA, the others multiply
- * then add: both within the bound; the mma.sync kernel should match "ref" bit for bit).
+ * outputs. Prints the worst err / S per case, and for an F32 C how many outputs of "1", "mma" and
+ * "pipe" differ in their bits from "ref" (all should be 0: the wgmma kernel's single FMA equals
+ * the reference's multiply-then-add because p (sa sb) is exact; informational, not asserted).
  * Label `gpu`: exits 77 (skipped) without a GPU.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
@@ -62,10 +63,12 @@ static fp4rl_tensor *make_q(fp4rl_dtype fmt, int tile, int64_t R, int64_t K, flo
 static double run_mode(const char *mode, fp4rl_dtype ct, fp4rl_tensor *qa, fp4rl_tensor *qb, const float *a, const float *b, int64_t M,
                        int64_t N, int64_t K, int U, int fp8_able, float **keep)
 {
-    const int mma = strcmp(mode, "mma") == 0;
-    setenv("FP4RL_FP8_GEMM", mma ? "1" : mode, 1);
+    const int mma = strcmp(mode, "mma") == 0, pipe = strcmp(mode, "pipe") == 0;
+    setenv("FP4RL_FP8_GEMM", mma || pipe ? "1" : mode, 1);
     if (mma) setenv("FP4RL_FP8_WG", "0", 1);
     else unsetenv("FP4RL_FP8_WG");
+    if (pipe) setenv("FP4RL_FP8_WG_PIPE", "1", 1);
+    else unsetenv("FP4RL_FP8_WG_PIPE");
     const int64_t shape[2] = {M, N};
     fp4rl_tensor *c = NULL;
     OKG(fp4rl_tensor_zeros(&c, gpu, ct, 2, shape));
@@ -92,7 +95,7 @@ static double run_mode(const char *mode, fp4rl_dtype ct, fp4rl_tensor *qa, fp4rl
      * order); "0" and "1" below the gate are the BF16 cuBLASLt GEMM, held to test_matmul's
      * contract 2 K 2^-23 S (+ 2^-8 S for a BF16 C). */
     const int tc_gate = M >= 512 && N >= 128 && K >= 128 && K % 64 == 0;
-    const int fp8 = fp8_able && (strcmp(mode, "ref") == 0 || ((strcmp(mode, "1") == 0 || mma) && tc_gate));
+    const int fp8 = fp8_able && (strcmp(mode, "ref") == 0 || ((strcmp(mode, "1") == 0 || mma || pipe) && tc_gate));
     const double acc_u = fp8 ? (double)(2 * (K / U) + 2) : (double)(4 * K);
     const double rel = (ct == FP4RL_DTYPE_BF16 ? (fp8 ? 0x1p-9 : 0x1p-8) : 0.0) + acc_u * 0x1p-24;
     double worst = 0.0;
@@ -114,6 +117,7 @@ static double run_mode(const char *mode, fp4rl_dtype ct, fp4rl_tensor *qa, fp4rl
         if (S > 0.0 && err / S > worst) worst = err / S;
     }
     unsetenv("FP4RL_FP8_WG");
+    unsetenv("FP4RL_FP8_WG_PIPE");
     if (keep) *keep = ch;
     else free(ch);
     return worst;
@@ -125,24 +129,24 @@ static void check_case(fp4rl_dtype fmt, int tile, int64_t M, int64_t N, int64_t 
     const int fp8_able = fmt == FP4RL_DTYPE_HIF4 || tile == 0 || tile == 32; /* MXFP4 64 x 64 tiles: the old path */
     float *a = NULL, *b = NULL;
     fp4rl_tensor *qa = make_q(fmt, tile, M, K, &a), *qb = make_q(fmt, tile, N, K, &b);
-    const char *modes[4] = {"ref", "1", "mma", "0"};
-    float *c32[3] = {NULL, NULL, NULL}; /* F32 C of ref, 1, mma */
-    for (int mi = 0; mi < 4; mi++)
+    const char *modes[5] = {"ref", "1", "mma", "pipe", "0"};
+    float *c32[4] = {NULL, NULL, NULL, NULL}; /* F32 C of ref, 1, mma, pipe */
+    for (int mi = 0; mi < 5; mi++)
         for (int ci = 0; ci < 2; ci++) {
             const fp4rl_dtype ct = ci ? FP4RL_DTYPE_BF16 : FP4RL_DTYPE_F32;
-            const double w = run_mode(modes[mi], ct, qa, qb, a, b, M, N, K, U, fp8_able, !ci && mi < 3 ? &c32[mi] : NULL);
+            const double w = run_mode(modes[mi], ct, qa, qb, a, b, M, N, K, U, fp8_able, !ci && mi < 4 ? &c32[mi] : NULL);
             printf("%s tile %d %lldx%lldx%lld FP8_GEMM=%-3s C %-4s worst err/S %.3e (FP8 bound %.3e)\n", fmt == FP4RL_DTYPE_HIF4 ? "hif4" : "mxfp4",
                    tile, (long long)M, (long long)N, (long long)K, modes[mi], ci ? "bf16" : "f32", w,
                    (ci ? 0x1p-9 : 0.0) + (double)(2 * (K / U) + 2) * 0x1p-24);
         }
-    for (int mi = 1; mi < 3; mi++) {
+    for (int mi = 1; mi < 4; mi++) {
         int64_t diff = 0;
         for (int64_t i = 0; i < M * N; i++) diff += memcmp(&c32[0][i], &c32[mi][i], sizeof(float)) != 0;
         printf("%s tile %d %lldx%lldx%lld FP8_GEMM=%-3s C f32: %lld of %lld outputs differ in bits from ref\n",
                fmt == FP4RL_DTYPE_HIF4 ? "hif4" : "mxfp4", tile, (long long)M, (long long)N, (long long)K, modes[mi], (long long)diff,
                (long long)(M * N));
     }
-    for (int mi = 0; mi < 3; mi++) free(c32[mi]);
+    for (int mi = 0; mi < 4; mi++) free(c32[mi]);
     unsetenv("FP4RL_FP8_GEMM");
     fp4rl_tensor_destroy(qa);
     fp4rl_tensor_destroy(qb);
