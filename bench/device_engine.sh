@@ -49,8 +49,8 @@ except Exception as e:
     bw = None
 print(f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)" if bw else "copy bandwidth: not measured")
 hf = {(r["model"], r["batch"], r["prompt_len"], r["new_tokens"]): r for r in rows if r["impl"] == "torch" and r.get("ok")}
-print("| model | batch | numerics | rollout s | tok/s | x HF generate | ms per position | bound ms | x bound |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| model | batch | numerics | rollout s | tok/s | x HF generate | prefill tok/s | ms per position | bound ms | x bound |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     if r["impl"] != "fp4rl" or not r.get("ok"): continue
     c = json.load(open(f"bench/configs/{r['model']}.json"))
@@ -62,9 +62,10 @@ for r in rows:
     pos_ms = 1e3 * r["rollout_s"] / N
     bound = 1e3 * (wbytes + kvbytes) / bw if bw else None  # HBM bytes per second of a copy (read + write)
     h = hf.get((r["model"], B, L, N))
+    pf = f"{r['prefill_tok_s']:.0f}" if r.get("prefill_tok_s") else "-"  # one-token rollouts: sync + prefill + 1 sample
     print(f"| {r['model']} | {r['prompts']}x{r['group']} of {L}+{N} | {r['numerics']} | {r['rollout_s']:.2f} | {r['rollout_tok_s']:.0f}"
-          f" | {r['rollout_tok_s'] / h['rollout_tok_s']:.2f} | {pos_ms:.2f} | " + (f"{bound:.2f} | {pos_ms / bound:.1f} |" if bound else "- | - |")
-          if h else f" | - | {pos_ms:.2f} | " + (f"{bound:.2f} | {pos_ms / bound:.1f} |" if bound else "- | - |"))
+          + (f" | {r['rollout_tok_s'] / h['rollout_tok_s']:.2f}" if h else " | -")
+          + f" | {pf} | {pos_ms:.2f} | " + (f"{bound:.2f} | {pos_ms / bound:.1f} |" if bound else "- | - |"))
 for k, h in hf.items():
     print(f"HF generate {k}: {h['rollout_s']:.2f} s, {h['rollout_tok_s']:.0f} tok/s, peak {h['peak_mem_gb']:.1f} GB")
 PY

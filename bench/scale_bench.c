@@ -14,7 +14,9 @@
  * tokens through the model ABI: their log-probs (log pi_old) and one supervised train step
  * (forward, backward, AdamW). What to profile the trainer with (tools/kprof.cpp).
  * --rollout-only: each step is fp4rl_rl_session_rollout alone (weight sync, prefill, decode); what
- * to profile the rollout engine with.
+ * to profile the rollout engine with. After the steps, one more rollout of a single new token
+ * gives prefill_s (weight sync, the batched prefill of the P prompts, which the G completions of a
+ * prompt share, and the first sampled token) and prefill_tok_s = P * L / prefill_s.
  * --moments bf16: AdamW moments in BF16 (FP4RL_MP_OPTIMIZER_MOMENTS = 1, set right after the
  * model is made; bench/RESULTS.md "7B on one H200: memory budget").
  * A failing call is a result, not a crash: the line then has "ok": false, the status and the
@@ -115,8 +117,8 @@ typedef struct result {
     const char *numerics, *device, *moments;
     size_t prompts, group, prompt_len, new_tokens;
     int steps;
-    double create_s, rollout_s, train_s, step_s, reward_mean;
-    int have_create, have_step, have_mem;
+    double create_s, rollout_s, train_s, step_s, reward_mean, prefill_s;
+    int have_create, have_step, have_mem, have_prefill;
     size_t mem_in_use, mem_peak, mem_reserved;
     const char *failed_call; /* NULL when everything succeeded */
     fp4rl_status status;
@@ -140,6 +142,8 @@ static void print_result(const result *r)
     print_num("rollout_tok_s", seqs * (double)r->new_tokens / r->rollout_s, r->have_step && r->rollout_s > 0);
     print_num("train_tok_s", seqs * (double)(r->prompt_len + r->new_tokens) / r->train_s,
               r->have_step && r->train_s > 0);
+    print_num("prefill_s", r->prefill_s, r->have_prefill);
+    print_num("prefill_tok_s", (double)r->prompts * (double)r->prompt_len / r->prefill_s, r->have_prefill && r->prefill_s > 0);
     print_num("reward_mean", r->reward_mean, r->have_step);
     print_num("peak_mem_gb", (double)r->mem_peak / gb, r->have_mem);
     print_num("reserved_mem_gb", (double)r->mem_reserved / gb, r->have_mem);
@@ -294,6 +298,14 @@ int main(int argc, char **argv)
         r.rollout_s = r.step_s = now() - ts;
         r.train_s = 0;
         r.have_step = 1;
+    }
+    if (rollout_only && r.steps > 0) { /* the prefill's share: a rollout of one new token (warm: after the steps) */
+        TRY(&r, fp4rl_rl_session_set(sess, FP4RL_RL_MAX_NEW_TOKENS, 1.0));
+        const double ts = now();
+        TRY(&r, fp4rl_rl_session_rollout(sess, prompts, offsets, r.prompts));
+        r.prefill_s = now() - ts;
+        r.have_prefill = 1;
+        TRY(&r, fp4rl_rl_session_set(sess, FP4RL_RL_MAX_NEW_TOKENS, (double)r.new_tokens));
     }
     for (int s = 0; !rollout_only && s < r.steps; s++) {
         const double ts = now();
