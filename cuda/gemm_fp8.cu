@@ -915,20 +915,33 @@ int fp4rl_cuda_fp8_wg_ok(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K)
     return probed;
 }
 
+/* Calls f(unit, C element) with the template arguments of a kernel variant: U in {32, 64} as
+ * std::integral_constant, the C type as a null pointer of it (BF16 words or FP32). */
+template <typename F>
+static cudaError_t per_variant(int U, int c_bf16, F f)
+{
+    using U64 = std::integral_constant<int, 64>;
+    using U32 = std::integral_constant<int, 32>;
+    if (U == 64) return c_bf16 ? f(U64{}, (uint16_t *)nullptr) : f(U64{}, (float *)nullptr);
+    return c_bf16 ? f(U32{}, (uint16_t *)nullptr) : f(U32{}, (float *)nullptr);
+}
+
+/* The wgmma kernel reads its operands and scales with 16-byte bulk copies. */
+static bool wg_aligned(const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb)
+{
+    return !((uintptr_t)a8 & 15) && !((uintptr_t)b8 & 15) && !((uintptr_t)sa & 15) && !((uintptr_t)sb & 15);
+}
+
 fp4rl_status fp4rl_cuda_fp8_gemm_wg(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c,
                                     int c_bf16, int64_t M, int64_t N, int64_t K, int U)
 {
     fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
-    if (!fp4rl_cuda_fp8_wg_ok(ctx, M, N, K) || (U != 32 && U != 64) || ((uintptr_t)a8 & 15) || ((uintptr_t)b8 & 15) || ((uintptr_t)sa & 15) ||
-        ((uintptr_t)sb & 15))
-        return FP4RL_ERR_UNSUPPORTED;
+    if (!fp4rl_cuda_fp8_wg_ok(ctx, M, N, K) || (U != 32 && U != 64) || !wg_aligned(a8, sa, b8, sb)) return FP4RL_ERR_UNSUPPORTED;
     CUtensorMap ma, mb;
     if (!wg_map(&ma, a8, M, K) || !wg_map(&mb, b8, N, K)) return fp4rl_cuda_fail(ctx, cudaErrorInvalidValue, "fp4rl_matmul: FP8 wgmma GEMM (tensor map)");
-    cudaError_t e;
-    if (U == 64) e = c_bf16 ? fp8_wg_launch<64, uint16_t>(cu->stream, ma, mb, sa, sb, c, M, N, K)
-                            : fp8_wg_launch<64, float>(cu->stream, ma, mb, sa, sb, c, M, N, K);
-    else e = c_bf16 ? fp8_wg_launch<32, uint16_t>(cu->stream, ma, mb, sa, sb, c, M, N, K)
-                    : fp8_wg_launch<32, float>(cu->stream, ma, mb, sa, sb, c, M, N, K);
+    const cudaError_t e = per_variant(U, c_bf16, [&](auto u, auto *tc) {
+        return fp8_wg_launch<decltype(u)::value, std::remove_pointer_t<decltype(tc)>>(cu->stream, ma, mb, sa, sb, c, M, N, K);
+    });
     if (e != cudaSuccess) return fp4rl_cuda_fail(ctx, e, "fp4rl_matmul: FP8 wgmma GEMM (shared memory attribute)");
     return fp4rl_cuda_check_launch(ctx, "fp4rl_matmul: FP8 wgmma GEMM");
 }
@@ -938,11 +951,9 @@ fp4rl_status fp4rl_cuda_fp8_gemm_mma(fp4rl_context *ctx, const uint8_t *a8, cons
 {
     fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
     if (K % 64 || (U != 32 && U != 64)) return FP4RL_ERR_UNSUPPORTED;
-    cudaError_t e;
-    if (U == 64) e = c_bf16 ? fp8_tc_launch<64, uint16_t>(cu->stream, a8, sa, b8, sb, c, M, N, K)
-                            : fp8_tc_launch<64, float>(cu->stream, a8, sa, b8, sb, c, M, N, K);
-    else e = c_bf16 ? fp8_tc_launch<32, uint16_t>(cu->stream, a8, sa, b8, sb, c, M, N, K)
-                    : fp8_tc_launch<32, float>(cu->stream, a8, sa, b8, sb, c, M, N, K);
+    const cudaError_t e = per_variant(U, c_bf16, [&](auto u, auto *tc) {
+        return fp8_tc_launch<decltype(u)::value, std::remove_pointer_t<decltype(tc)>>(cu->stream, a8, sa, b8, sb, c, M, N, K);
+    });
     if (e != cudaSuccess) return fp4rl_cuda_fail(ctx, e, "fp4rl_matmul: FP8 tensor-core GEMM (shared memory attribute)");
     return fp4rl_cuda_check_launch(ctx, "fp4rl_matmul: FP8 tensor-core GEMM");
 }
@@ -950,7 +961,7 @@ fp4rl_status fp4rl_cuda_fp8_gemm_mma(fp4rl_context *ctx, const uint8_t *a8, cons
 fp4rl_status fp4rl_cuda_fp8_gemm_tc(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c,
                                     int c_bf16, int64_t M, int64_t N, int64_t K, int U)
 {
-    if (fp4rl_cuda_fp8_wg_ok(ctx, M, N, K) && !((uintptr_t)a8 & 15) && !((uintptr_t)b8 & 15) && !((uintptr_t)sa & 15) && !((uintptr_t)sb & 15))
+    if (fp4rl_cuda_fp8_wg_ok(ctx, M, N, K) && wg_aligned(a8, sa, b8, sb))
         return fp4rl_cuda_fp8_gemm_wg(ctx, a8, sa, b8, sb, c, c_bf16, M, N, K, U);
     return fp4rl_cuda_fp8_gemm_mma(ctx, a8, sa, b8, sb, c, c_bf16, M, N, K, U);
 }
