@@ -10,13 +10,12 @@ using namespace fp4rl_cuda_ops_detail;
 
 namespace {
 
-/* With b (residual_rmsnorm) the row is first a + b, written to sum (which may alias a or b: each
- * thread reads its own elements before it writes them) and read back by the same thread. */
 /* One block a row. EPT > 0: the row is read once into registers (element c = tid + k * RED_THREADS
  * in v[k], all loads issued before the first use) and the output computed from them; EPT == 0:
  * any C, re-reading the row (or its sum) for the output. Both sum each thread's squares in
- * increasing c and then block_sum, so the two are bit-identical. b (optional): the row is a + b,
- * written to sum (the residual_rmsnorm). */
+ * increasing c and then block_sum, so the two are bit-identical. With b (residual_rmsnorm) the
+ * row is first a + b, written to sum (which may alias a or b: each thread reads its own elements
+ * before it writes them). */
 template <int EPT>
 __global__ void __launch_bounds__(RED_THREADS) rmsnorm_fwd_k(float *out, float *rstd, const float *x, const float *weight, int64_t C,
                                                              float eps, const float *b, float *sum)

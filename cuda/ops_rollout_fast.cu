@@ -15,12 +15,6 @@ using namespace fp4rl_cuda_ops_detail;
 
 namespace {
 
-__global__ void act_bf16_k(uint16_t *out, const float *x, int64_t n)
-{
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = fp4rl_f32_to_bf16(x[i]);
-}
-
 /* ---- the activation kernel: one thread per 8 consecutive elements of a row ("group"), the
  * groups of one block in adjacent lanes (8 for HiF4's 64, 4 for MX's 32), block-wide values by
  * shuffles. Max is exact and order-free, and every scale and element step is the formats.h
@@ -233,17 +227,10 @@ __global__ void add_halves_k(float *y, const float *ys, const float *b, int64_t 
 fp4rl_status fp4rl_cuda_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned long long *counts, const float *x, int64_t N,
                                     int64_t K, int fmt, int truncation_free, int resq)
 {
+    if (fmt < 0) return fp4rl_cuda_pack_bf16(ctx, out, K, x, N, K); /* BF16 numerics: x rounded, the packing op's kernels */
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
-    if (fmt < 0) {
-        const int64_t n = N * K;
-        if (n % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 8 == 0) /* four values a thread */
-            pack_bf16_x4_k<<<ew_grid(n / 4), 256, 0, s>>>(reinterpret_cast<uint2 *>(out), reinterpret_cast<const float4 *>(x), n / 4);
-        else
-            act_bf16_k<<<ew_grid(n), 256, 0, s>>>(out, x, n);
-        return fp4rl_cuda_check_launch(ctx, "rollout_act (bf16)");
-    }
     const int bs = fp4rl_qdq_block_size(fmt);
     const int64_t threads = N * ((K + bs - 1) / bs) * (bs / 8);
     const unsigned grid = fp4rl_cuda_blocks(threads, 256);
