@@ -7,11 +7,13 @@
 # tokens/s, x HF, the mean time per generated position against its bound (the BF16 weight bytes
 # plus the mean KV bytes a decode step reads, over the copy bandwidth torch measures in this run).
 # torch_steps=1 times one HF generate after a short warm-up generate (HF at 512 new tokens takes ~50 s a step).
-# Usage: bash bench/device_engine.sh [sizes=0.5b,1.5b,3b] [numerics=bf16,hif4] [batch=16,8,128,256] [steps=2] [torch=1] [torch_steps=2]
+# pkg=.devrun-b takes the package from another folder (tools/devpack.sh's DEVPACK_DIR).
+# Usage: bash bench/device_engine.sh [pkg=.devrun] [sizes=0.5b,1.5b,3b] [numerics=bf16,hif4] [batch=16,8,128,256] [steps=2] [torch=1] [torch_steps=2]
 set -uo pipefail
-sizes=0.5b,1.5b,3b numerics=bf16,hif4 batch="16 8 128 256" steps=2 torch=1 torch_steps=
+pkg=.devrun sizes=0.5b,1.5b,3b numerics=bf16,hif4 batch="16 8 128 256" steps=2 torch=1 torch_steps=
 for a in "$@"; do
   case $a in
+  pkg=*) pkg=${a#pkg=} ;;
   sizes=*) sizes=${a#sizes=} ;;
   numerics=*) numerics=${a#numerics=} ;;
   batch=*) batch=${a#batch=}; batch=${batch//,/ } ;;
@@ -22,7 +24,7 @@ for a in "$@"; do
   esac
 done
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT" /tmp/fp4rl && tar xJf .devrun/pkg.tar.xz -C /tmp/fp4rl
+mkdir -p "$OUT" /tmp/fp4rl && tar xJf "$pkg/pkg.tar.xz" -C /tmp/fp4rl
 lt=$(dirname "$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=/tmp/fp4rl/pkg/lib:$lt:${LD_LIBRARY_PATH:-} OPENBLAS_NUM_THREADS=1
 read -r P G L N <<< "$batch"
