@@ -4,6 +4,8 @@
  * one thread block per query row (forward, dq) or per key row (dk, dv). Training attention with
  * head dims 16/32/64/128 goes to the tiled kernels of ops_attention_tiled.cu instead; these
  * kernels serve the other head dims and the rollout's decode step.
+ * The decode step's attention_rows over a BF16 cache of head dim 64 or 128 runs the split-keys
+ * kernels further down (chunks of keys in parallel, fixed orders).
  *
  * In BF16 numerics (ops.h) they read every operand rounded, as the CPU does; training attention
  * in BF16 numerics goes to ops_attention_gemm.cu's tensor-core path where the head dim allows.
@@ -15,6 +17,7 @@
  * online serial sum) and expf may differ from the CPU, by rounding.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "format/formats.h"
 #include "ops_cuda.h"
@@ -427,6 +430,282 @@ static cudaError_t launch_rows(cudaStream_t s, float *out, const float *q, const
     return cudaSuccess;
 }
 
+/* ---- attention_rows split over chunks of keys (flash-decoding's split, deterministic) ----
+ * For BF16 caches with head dims 64 and 128. A row's keys are cut into chunks of SK_C keys from
+ * key 0; every (row, kv head, block of RH query heads, chunk) is a block of SK_T threads, and
+ * three kernels run:
+ *  1. scores: the chunk's keys and values arrive as 16-byte coalesced loads into shared memory;
+ *     a thread per (key, four heads) forms each score as today's kernel does (a serial dot
+ *     product over d in the CPU's order, times scale: the CPU's bits) and stores it to a global
+ *     scratch; per head the chunk's max and double sum of exp(x - max) (a fixed warp tree).
+ *  2. p v: every chunk block forms the row's lse from all of the row's chunk statistics in a
+ *     fixed order (lane-strided over chunks, then a fixed warp tree), p = rd(exp(x - lse)) as the
+ *     contract says, and the chunk's partial o[h][d] = sum over its keys in key order.
+ *  3. o = the chunks' partials summed in chunk order.
+ * Every order above depends only on the row's own key count: not on N, the batch, its other rows,
+ * the grid (blocks stride over chunks, each chunk computed alike), nor max_keys; so a row's bits
+ * are the same alone or in any batch, eager or replayed from a CUDA graph. The grids depend only
+ * on N, the heads and max_keys (blocks past a row's own chunks exit at once), so a recorded step
+ * stays valid while the rows' key counts grow. The scratch comes from the caching allocator, sized
+ * by N and max_keys (fixed for a rollout graph's bucket), rows taken SK_CAP bytes' worth at a time. */
+constexpr int SK_C = 64;                /* keys per chunk */
+constexpr int SK_T = 128;               /* threads per block: two per key in pass 1 (four heads each) */
+constexpr int SK_CX = 16;               /* most blocks per (row, head block) along the chunks; they stride */
+constexpr size_t SK_CAP = (size_t)64 << 20; /* scratch bytes per group of rows */
+static_assert(SK_C == 64 && SK_T == 2 * SK_C && RH == 8 && (RH * 64 / SK_T) % 4 == 0, "pass 1 maps a thread to (key, four heads); stats read two keys a lane");
+
+struct split_ws {
+    double *csum;    /* [rows, Hq, mc]: the chunk's sum of exp(x - chunk max) */
+    float *cmax;     /* [rows, Hq, mc] */
+    float *sc;       /* [rows, Hq, max_keys]: the scores */
+    float *part;     /* [rows, Hq, mc, D]: the chunk's partial o */
+    int64_t max_keys, mc;
+};
+
+struct split_row {
+    int64_t b0, l0, b1, nk, nc;
+};
+__device__ __forceinline__ split_row split_row_of(const int32_t *seg, int64_t n, int64_t max_keys)
+{
+    split_row r;
+    r.b0 = seg[4 * n], r.l0 = seg[4 * n + 1], r.b1 = seg[4 * n + 2];
+    r.nk = r.l0 + seg[4 * n + 3];
+    if (r.nk > max_keys) r.nk = max_keys; /* the contract forbids it; the scratch must not overflow */
+    if (r.nk < 0) r.nk = 0;
+    r.nc = (r.nk + SK_C - 1) / SK_C;
+    return r;
+}
+
+/* A chunk's rows of the cache (keys s0 .. s0 + SK_C - 1 of the row; zeros past its keys) as
+ * 16-byte pieces in registers, then into shared memory rows of D + 8 halves (16-byte phases
+ * of a quarter warp fall in distinct banks). */
+template <int D> struct kv_tile {
+    static constexpr int V = D / 8, PER = SK_C * V / SK_T, STRIDE = D + 8;
+    uint4 r[PER];
+    __device__ __forceinline__ void load(const uint16_t *c, const split_row &rw, int64_t s0, int64_t W, int64_t kh)
+    {
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int idx = (int)threadIdx.x + SK_T * i, j = idx / V, v = idx % V;
+            const int64_t s = s0 + j;
+            r[i] = make_uint4(0u, 0u, 0u, 0u);
+            if (s < rw.nk) r[i] = reinterpret_cast<const uint4 *>(c + (s < rw.l0 ? rw.b0 + s : rw.b1 + s - rw.l0) * W + kh * D)[v];
+        }
+    }
+    __device__ __forceinline__ void store(uint16_t *sh) const
+    {
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int idx = (int)threadIdx.x + SK_T * i, j = idx / V, v = idx % V;
+            *reinterpret_cast<uint4 *>(sh + j * STRIDE + v * 8) = r[i];
+        }
+    }
+};
+
+/* The block's row, kv head and first query head (grid: chunks, Hkv * head blocks, rows). */
+struct split_ids {
+    int64_t n, kh, h0;
+    int nh;
+};
+__device__ __forceinline__ split_ids split_ids_of(int64_t Hq, int64_t Hkv)
+{
+    split_ids b;
+    const int64_t group = Hq / Hkv, hb = (group + RH - 1) / RH, blk = (int64_t)blockIdx.y % hb;
+    b.n = blockIdx.z;
+    b.kh = (int64_t)blockIdx.y / hb;
+    b.h0 = b.kh * group + blk * RH;
+    b.nh = (int)(group - blk * RH < RH ? group - blk * RH : RH);
+    return b;
+}
+
+template <int D>
+__global__ void __launch_bounds__(SK_T) attn_split_scores_k(split_ws w, const float *q, const uint16_t *kc, const int32_t *seg, int64_t Hq,
+                                                           int64_t Hkv, float scale, int bf)
+{
+    __shared__ __align__(16) float qs[RH * D];
+    __shared__ __align__(16) uint16_t ks[SK_C * kv_tile<D>::STRIDE];
+    __shared__ float xs[RH][SK_C];
+    const split_ids b = split_ids_of(Hq, Hkv);
+    const split_row rw = split_row_of(seg, b.n, w.max_keys);
+    if ((int64_t)blockIdx.x >= rw.nc) return;
+    const int tid = threadIdx.x, j = tid % SK_C, hs = tid / SK_C, warp = tid / 32, lane = tid % 32;
+    const int64_t W = Hkv * D;
+    for (int i = tid; i < RH * D; i += SK_T) qs[i] = i < b.nh * D ? rd(q[(b.n * Hq + b.h0) * D + i], bf) : 0.0f;
+    for (int64_t c = blockIdx.x; c < rw.nc; c += gridDim.x) {
+        const int64_t s0 = c * SK_C;
+        const int cnt = (int)(rw.nk - s0 < SK_C ? rw.nk - s0 : SK_C);
+        kv_tile<D> t;
+        t.load(kc, rw, s0, W, b.kh);
+        __syncthreads(); /* q in place; the last chunk's readers done */
+        t.store(ks);
+        __syncthreads();
+        if (j < cnt) {
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const uint16_t *kr = ks + j * kv_tile<D>::STRIDE;
+#pragma unroll 4
+            for (int d0 = 0; d0 < D; d0 += 8) {
+                float kv[8];
+                load8(kv, kr, d0);
+#pragma unroll
+                for (int e = 0; e < 8; e++) kv[e] = rd(kv[e], bf);
+#pragma unroll
+                for (int hh = 0; hh < 4; hh++) {
+                    const float *qh = qs + (hs * 4 + hh) * D + d0;
+                    const float4 qa = *reinterpret_cast<const float4 *>(qh), qb = *reinterpret_cast<const float4 *>(qh + 4);
+                    const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[hh] += qv[e] * kv[e];
+                }
+            }
+#pragma unroll
+            for (int hh = 0; hh < 4; hh++) {
+                const int h = hs * 4 + hh;
+                if (h < b.nh) {
+                    const float x = scale * acc[hh];
+                    xs[h][j] = x;
+                    w.sc[(b.n * Hq + b.h0 + h) * w.max_keys + s0 + j] = x;
+                }
+            }
+        }
+        __syncthreads();
+        for (int h = warp; h < b.nh; h += SK_T / 32) { /* the chunk's max and sum per head: a fixed tree */
+            const bool in0 = lane < cnt, in1 = lane + 32 < cnt;
+            const float x0 = in0 ? xs[h][lane] : -INFINITY, x1 = in1 ? xs[h][lane + 32] : -INFINITY;
+            float m = fmaxf(x0, x1);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            double t = in0 ? exp((double)x0 - (double)m) : 0.0;
+            if (in1) t += exp((double)x1 - (double)m);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+            if (lane == 0) {
+                const int64_t i = (b.n * Hq + b.h0 + h) * w.mc + c;
+                w.cmax[i] = m;
+                w.csum[i] = t;
+            }
+        }
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(SK_T) attn_split_pv_k(split_ws w, const uint16_t *vc, const int32_t *seg, int64_t Hq, int64_t Hkv, int bf)
+{
+    constexpr int HPV = RH * D / SK_T; /* heads per thread: a thread per (d, slice of heads) */
+    __shared__ __align__(16) uint16_t vs[SK_C * kv_tile<D>::STRIDE];
+    __shared__ __align__(16) float ps[SK_C][RH]; /* p by key, then head: a thread's heads are one or two 16-byte reads */
+    __shared__ float lse_sh[RH];
+    const split_ids b = split_ids_of(Hq, Hkv);
+    const split_row rw = split_row_of(seg, b.n, w.max_keys);
+    if ((int64_t)blockIdx.x >= rw.nc) return;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, d = tid % D, hs = tid / D;
+    const int64_t W = Hkv * D;
+    /* the row's lse per head from all its chunks: lane-strided over chunks, then a fixed tree */
+    for (int h = warp; h < b.nh; h += SK_T / 32) {
+        const int64_t base = (b.n * Hq + b.h0 + h) * w.mc;
+        float m = -INFINITY;
+        for (int64_t c = lane; c < rw.nc; c += 32) m = fmaxf(m, w.cmax[base + c]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        double t = 0.0;
+        for (int64_t c = lane; c < rw.nc; c += 32) t += w.csum[base + c] * exp((double)w.cmax[base + c] - (double)m);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (lane == 0) lse_sh[h] = (float)((double)m + log(t));
+    }
+    for (int64_t c = blockIdx.x; c < rw.nc; c += gridDim.x) {
+        const int64_t s0 = c * SK_C;
+        const int cnt = (int)(rw.nk - s0 < SK_C ? rw.nk - s0 : SK_C);
+        kv_tile<D> t;
+        t.load(vc, rw, s0, W, b.kh);
+        __syncthreads(); /* lse in place; the last chunk's readers done */
+        t.store(vs);
+        for (int i = tid; i < RH * SK_C; i += SK_T) {
+            const int h = i / SK_C, jj = i % SK_C;
+            ps[jj][h] = h < b.nh && jj < cnt ? rd(expf_cr(w.sc[(b.n * Hq + b.h0 + h) * w.max_keys + s0 + jj] - lse_sh[h]), bf) : 0.0f;
+        }
+        __syncthreads();
+        float acc[HPV];
+#pragma unroll
+        for (int hh = 0; hh < HPV; hh++) acc[hh] = 0.0f;
+#pragma unroll 4
+        for (int jj = 0; jj < cnt; jj++) { /* keys in order: o[d] += p v[d], the CPU's product */
+            const float v = rd(fp4rl_bf16_to_f32(vs[jj * kv_tile<D>::STRIDE + d]), bf);
+            float p[HPV];
+#pragma unroll
+            for (int i = 0; i < HPV; i += 4) {
+                const float4 p4 = *reinterpret_cast<const float4 *>(&ps[jj][hs * HPV + i]);
+                p[i] = p4.x, p[i + 1] = p4.y, p[i + 2] = p4.z, p[i + 3] = p4.w;
+            }
+#pragma unroll
+            for (int hh = 0; hh < HPV; hh++) acc[hh] += p[hh] * v;
+        }
+#pragma unroll
+        for (int hh = 0; hh < HPV; hh++) {
+            const int h = hs * HPV + hh;
+            if (h < b.nh) w.part[((b.n * Hq + b.h0 + h) * w.mc + c) * D + d] = acc[hh];
+        }
+    }
+}
+
+/* o = the chunks' partials in chunk order; block (h, row), D threads. */
+__global__ void attn_split_sum_k(float *out, split_ws w, const int32_t *seg, int64_t Hq, int D)
+{
+    const int64_t h = blockIdx.x, n = blockIdx.y, d = threadIdx.x;
+    const split_row rw = split_row_of(seg, n, w.max_keys);
+    const float *p = w.part + (n * Hq + h) * w.mc * D + d;
+    float o = 0.0f;
+    for (int64_t c = 0; c < rw.nc; c++) o += p[c * D];
+    out[(n * Hq + h) * D + d] = o;
+}
+
+/* The split path's cases: BF16 caches of head dim 64 or 128 read as 16-byte vectors. */
+static bool split_ok(int kv_bf16, const void *kc, const void *vc, int64_t Hq, int64_t Hkv, int64_t D)
+{
+    static int mode = -1; /* FP4RL_ATTN_SPLIT=0: today's kernels everywhere (for comparisons) */
+    if (mode < 0) {
+        const char *e = getenv("FP4RL_ATTN_SPLIT");
+        mode = !(e && e[0] == '0');
+    }
+    return mode && kv_bf16 && (D == 64 || D == 128) && Hkv > 0 && Hq % Hkv == 0 && ((uintptr_t)kc | (uintptr_t)vc) % 16 == 0;
+}
+
+template <int D>
+static fp4rl_status launch_split(fp4rl_context *ctx, cudaStream_t s, float *out, const float *q, const uint16_t *kc, const uint16_t *vc,
+                                 const int32_t *seg, int64_t N, int64_t max_keys, int64_t Hq, int64_t Hkv, float scale, int bf)
+{
+    if (max_keys < 1) max_keys = 1;
+    const int64_t mc = (max_keys + SK_C - 1) / SK_C, group = Hq / Hkv, hb = (group + RH - 1) / RH;
+    const size_t per_row = (size_t)Hq * ((size_t)mc * (sizeof(double) + sizeof(float) + (size_t)D * sizeof(float)) +
+                                         (size_t)max_keys * sizeof(float));
+    int64_t rb = (int64_t)(SK_CAP / per_row);
+    if (rb < 1) rb = 1;
+    if (rb > 65535) rb = 65535;
+    if (rb > N) rb = N;
+    void *ws = NULL;
+    fp4rl_status st = fp4rl_cuda_alloc_bytes(ctx, &ws, (size_t)rb * per_row);
+    if (st) return st;
+    split_ws w;
+    const size_t nstat = (size_t)rb * (size_t)Hq * (size_t)mc;
+    w.csum = static_cast<double *>(ws);
+    w.cmax = reinterpret_cast<float *>(w.csum + nstat);
+    w.sc = w.cmax + nstat;
+    w.part = w.sc + (size_t)rb * (size_t)Hq * (size_t)max_keys;
+    w.max_keys = max_keys;
+    w.mc = mc;
+    for (int64_t n0 = 0; n0 < N && !st; n0 += rb) { /* rows are independent: a group's size changes no bits */
+        const int64_t nr = N - n0 < rb ? N - n0 : rb;
+        const float *qg = q + n0 * Hq * D;
+        const int32_t *sg = seg + 4 * n0;
+        const dim3 grid((unsigned)(mc < SK_CX ? mc : SK_CX), (unsigned)(Hkv * hb), (unsigned)nr);
+        attn_split_scores_k<D><<<grid, SK_T, 0, s>>>(w, qg, kc, sg, Hq, Hkv, scale, bf);
+        attn_split_pv_k<D><<<grid, SK_T, 0, s>>>(w, vc, sg, Hq, Hkv, bf);
+        attn_split_sum_k<<<dim3((unsigned)Hq, (unsigned)nr), D, 0, s>>>(out + n0 * Hq * D, w, sg, Hq, D);
+        st = fp4rl_cuda_check_launch(ctx, "attention_rows (split)");
+    }
+    fp4rl_cuda_free_bytes(ctx, ws); /* stream order keeps later users of the block after these kernels */
+    return st;
+}
+
 /* dq of one query row (block = ((b * T + t) * Hq + h)): dq += sum_{s <= t} ds_s k_s, serial in s. */
 __global__ void __launch_bounds__(AT) attn_bwd_dq_k(float *dq, const float *dout, const float *q, const float *k, const float *v,
                                                     const float *out, const float *lse, const int32_t *lengths, int64_t T,
@@ -578,6 +857,9 @@ fp4rl_status fp4rl_cuda_attention_rows(fp4rl_context *ctx, float *out, const flo
     if (D > 256) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "attention_rows: head dim %lld > 256 is not supported on CUDA", (long long)D);
     const float scale = 1.0f / sqrtf((float)D);
     const int bf = nm == FP4RL_ATT_BF16;
+    if (split_ok(kv_bf16, kc, vc, Hq, Hkv, D))
+        return D == 64 ? launch_split<64>(ctx, s, out, q, (const uint16_t *)kc, (const uint16_t *)vc, seg, N, max_keys, Hq, Hkv, scale, bf)
+                       : launch_split<128>(ctx, s, out, q, (const uint16_t *)kc, (const uint16_t *)vc, seg, N, max_keys, Hq, Hkv, scale, bf);
     const cudaError_t err = kv_bf16 ? launch_rows<uint16_t>(s, out, q, kc, vc, seg, N, Hq, Hkv, (int)D, scale, bf, max_keys)
                                     : launch_rows<float>(s, out, q, kc, vc, seg, N, Hq, Hkv, (int)D, scale, bf, max_keys);
     if (err != cudaSuccess) return fp4rl_cuda_fail(ctx, err, "attention_rows: cudaFuncSetAttribute");

@@ -4,6 +4,7 @@
  * arithmetic in the CPU's order (no FMA contraction: -fmad=false); exp / pow / cos / sin go
  * through double (ops_cuda.h), so they match the C library's but in rare double-rounding cases.
  */
+#include "backend/halves.h"
 #include "format/formats.h"
 #include "ops_cuda.h"
 
@@ -162,18 +163,20 @@ __global__ void kv_store_k(void *cache, int kv_bf16, const float *src, const int
 }
 
 /* qkv_rope_store: one thread per (n, q or k head, i < D/2) rotates a pair (a k pair straight into
- * its cache row), one per v element stores it; rope_k's and kv_store_k's arithmetic. */
-__global__ void qkv_rope_store_k(float *q, void *kc, void *vc, int kv_bf16, const float *qkv, const int32_t *positions,
-                                 const int32_t *rows, int64_t N, int64_t Hq, int64_t Hkv, int64_t D, float theta)
+ * its cache row), one per v element stores it; rope_k's and kv_store_k's arithmetic, on inputs read
+ * from the halves (qkv, lo, bias: backend/halves.h) as add_halves_k writes them. */
+__global__ void qkv_rope_store_k(float *q, void *kc, void *vc, int kv_bf16, const float *qkv, const float *lo, const float *bias,
+                                 const int32_t *positions, const int32_t *rows, int64_t N, int64_t Hq, int64_t Hkv, int64_t D,
+                                 float theta)
 {
-    const int64_t half = D / 2, H = Hq + Hkv, KD = Hkv * D, per = H * half + KD;
+    const int64_t half = D / 2, H = Hq + Hkv, KD = Hkv * D, per = H * half + KD, W = Hq * D + 2 * KD;
     GRID_STRIDE(j, N * per)
     {
         const int64_t n = j / per, r = j % per;
-        const float *row = qkv + n * (Hq * D + 2 * KD);
         if (r < H * half) {
-            const int64_t h = r / half, i = r % half;
-            const float2 o = rope_pair(row[h * D + i], row[h * D + i + half], positions[n], i, D, theta, 1.0f);
+            const int64_t h = r / half, i = r % half, c = h * D + i;
+            const float2 o = rope_pair(fp4rl_halves_at(qkv, lo, bias, n * W + c, c),
+                                       fp4rl_halves_at(qkv, lo, bias, n * W + c + half, c + half), positions[n], i, D, theta, 1.0f);
             if (h < Hq) {
                 q[(n * Hq + h) * D + i] = o.x;
                 q[(n * Hq + h) * D + i + half] = o.y;
@@ -183,23 +186,25 @@ __global__ void qkv_rope_store_k(float *q, void *kc, void *vc, int kv_bf16, cons
                 kv_put(kc, kv_bf16, dst + half, o.y);
             }
         } else {
-            const int64_t w = r - H * half;
-            kv_put(vc, kv_bf16, (int64_t)rows[n] * KD + w, row[Hq * D + KD + w]);
+            const int64_t w = r - H * half, c = Hq * D + KD + w;
+            kv_put(vc, kv_bf16, (int64_t)rows[n] * KD + w, fp4rl_halves_at(qkv, lo, bias, n * W + c, c));
         }
     }
 }
 
-/* swiglu_rows: out[n, i] = swiglu1(gu[n, i], gu[n, I + i]). vec (I % 4 == 0, out and gu 16-byte
- * aligned): four consecutive elements of a row a thread, their four exps in flight together (the
- * double exp is the cost); else one element a thread. */
-__global__ void swiglu_rows_k(float *out, const float *gu, int64_t N, int64_t I, int vec)
+/* swiglu_rows: out[n, i] = swiglu1(gate, up), gate and up element i and I + i of row n of the input
+ * read from the halves (gu, lo, bias: backend/halves.h; gu alone when lo and bias are NULL). vec
+ * (I % 4 == 0, out, gu, lo and bias 16-byte aligned): four consecutive elements of a row a thread,
+ * 16-byte loads, their four exps in flight together (the double exp is the cost); else one element
+ * a thread. */
+__global__ void swiglu_rows_k(float *out, const float *gu, const float *lo, const float *bias, int64_t N, int64_t I, int vec)
 {
     if (vec) {
         const int64_t I4 = I / 4;
         GRID_STRIDE(j, N * I4)
         {
-            const int64_t n = j / I4, i4 = j - n * I4;
-            const float4 g = reinterpret_cast<const float4 *>(gu + n * 2 * I)[i4], u = reinterpret_cast<const float4 *>(gu + n * 2 * I + I)[i4];
+            const int64_t n = j / I4, i = (j - n * I4) * 4;
+            const float4 g = fp4rl_halves_at4(gu, lo, bias, n * 2 * I + i, i), u = fp4rl_halves_at4(gu, lo, bias, n * 2 * I + I + i, I + i);
             reinterpret_cast<float4 *>(out)[j] = make_float4(swiglu1(g.x, u.x), swiglu1(g.y, u.y), swiglu1(g.z, u.z), swiglu1(g.w, u.w));
         }
         return;
@@ -207,7 +212,7 @@ __global__ void swiglu_rows_k(float *out, const float *gu, int64_t N, int64_t I,
     GRID_STRIDE(j, N * I)
     {
         const int64_t n = j / I, i = j % I;
-        out[j] = swiglu1(gu[n * 2 * I + i], gu[n * 2 * I + I + i]);
+        out[j] = swiglu1(fp4rl_halves_at(gu, lo, bias, n * 2 * I + i, i), fp4rl_halves_at(gu, lo, bias, n * 2 * I + I + i, I + i));
     }
 }
 
@@ -307,16 +312,17 @@ fp4rl_status fp4rl_cuda_kv_store(fp4rl_context *ctx, void *cache, int kv_bf16, c
     LAUNCH("kv_store", kv_store_k, N * W, cache, kv_bf16, src, rows, N, W);
 }
 fp4rl_status fp4rl_cuda_qkv_rope_store(fp4rl_context *ctx, float *q, void *kc, void *vc, int kv_bf16, const float *qkv,
-                                      const int32_t *positions, const int32_t *rows, int64_t N, int64_t Hq, int64_t Hkv, int64_t D,
-                                      float theta)
+                                      const float *lo, const float *bias, const int32_t *positions, const int32_t *rows, int64_t N,
+                                      int64_t Hq, int64_t Hkv, int64_t D, float theta)
 {
-    LAUNCH("qkv_rope_store", qkv_rope_store_k, N * ((Hq + Hkv) * (D / 2) + Hkv * D), q, kc, vc, kv_bf16, qkv, positions, rows, N,
-           Hq, Hkv, D, theta);
+    LAUNCH("qkv_rope_store", qkv_rope_store_k, N * ((Hq + Hkv) * (D / 2) + Hkv * D), q, kc, vc, kv_bf16, qkv, lo, bias, positions,
+           rows, N, Hq, Hkv, D, theta);
 }
-fp4rl_status fp4rl_cuda_swiglu_rows(fp4rl_context *ctx, float *out, const float *gu, int64_t N, int64_t inter)
+fp4rl_status fp4rl_cuda_swiglu_rows(fp4rl_context *ctx, float *out, const float *gu, const float *lo, const float *bias, int64_t N,
+                                   int64_t inter)
 {
-    const int vec = inter % 4 == 0 && al16(out) && al16(gu);
-    LAUNCH("swiglu_rows", swiglu_rows_k, vec ? N * inter / 4 : N * inter, out, gu, N, inter, vec);
+    const int vec = inter % 4 == 0 && al16(out) && al16(gu) && al16(lo) && al16(bias);
+    LAUNCH("swiglu_rows", swiglu_rows_k, vec ? N * inter / 4 : N * inter, out, gu, lo, bias, N, inter, vec);
 }
 fp4rl_status fp4rl_cuda_gather_rows(fp4rl_context *ctx, float *dst, const float *src, const int32_t *idx, int64_t N, int64_t W)
 {

@@ -5,6 +5,7 @@
  * arithmetic is that of qdq_block.h (the CPU op's), spread over the lanes of a warp.
  * (linear_forward_bf16 lives in ops_linear.cu, next to the FP32 layer.)
  */
+#include "backend/halves.h"
 #include "format/formats.h"
 #include "format/layout.h"
 #include "format/qdq_block.h"
@@ -148,6 +149,149 @@ __global__ void __launch_bounds__(256) act_qdq_k(uint16_t *out, unsigned long lo
     }
 }
 
+/* ---- the activation kernel, four elements a thread (round to nearest only) ------------------
+ * One thread per 4 consecutive elements of a row (a "quad": one HiF4 e16 micro-block, one 2:4
+ * group), the quads of one block in adjacent aligned lanes (16 for HiF4's 64, 8 for MX's 32).
+ * Twice the threads of act_qdq_k and half the dependent chain each, for the rollout's small N.
+ * The same values as qdq8 / the CPU's fp4rl_qdq_block, from the same formats.h functions:
+ *  - the block max: max over the lanes of the block (exact, order-free); the HiF4 e8 operand,
+ *    the max of an 8-element sub-block, is the first xor-1 step of that butterfly (quads 2h, 2h+1);
+ *  - the non-finite flag: any lane of the block, by one ballot;
+ *  - HiF4's word: the base's E6M2 byte, this quad's e8 bit (sub-block q / 2) and its e16 bit (q);
+ *    fp4rl_hif4_word_inc(word, j) of an element j of the quad reads only those two bits, so
+ *    encode / decode see the CPU's increments (the other bits of the CPU's word are not read);
+ *  - padding (the last block of a ragged row): zeros, as act_qdq_k and the reference quantizer;
+ *  - 2:4: fp4rl_mask_2_4_group on the quad, padding zeros included, as act_qdq_k (they sort after
+ *    the quad's real elements, so the kept real ones are the CPU's);
+ *  - counts: integer sums, exact whatever the order.
+ * Grid: x covers a row's quads (a block never straddles a CTA: 128 is a multiple of 16), y the
+ * rows (a CTA-uniform loop past 65535 rows), so no 64-bit division. */
+constexpr int ACT4_THREADS = 128;
+
+template <int FMT>
+__device__ __forceinline__ void qdq4(const float x[4], float y[4], int q, int truncation_free)
+{
+    constexpr int L = (FMT == FP4RL_QDQ_HIF4 ? 64 : 32) / 4; /* lanes (quads) of a block */
+    int fin = 1;
+    const float a = fp4rl_qdq_amax(x, 0, 4, &fin);
+    const unsigned bad = __ballot_sync(0xffffffffu, !fin);
+    const bool nonfinite = ((bad >> ((threadIdx.x & 31) & ~(L - 1))) & ((1u << L) - 1u)) != 0;
+    const float m8 = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1)); /* quads 2h, 2h + 1: sub-block h */
+    float amax = m8;
+#pragma unroll
+    for (int m = 2; m < L; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+    if (nonfinite) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) y[j] = fp4rl_bits_f32(0x7fc00000u);
+        return;
+    }
+    if (FMT != FP4RL_QDQ_HIF4) {
+        constexpr int fp8 = FMT == FP4RL_QDQ_MXFP8;
+        const uint8_t s = fp4rl_mx_block_scale(amax, (fp4rl_dtype)FMT, truncation_free);
+#pragma unroll
+        for (int j = 0; j < 4; j++) y[j] = fp4rl_mx_decode(fp4rl_mx_encode(x[j], fp4rl_e8m0_exp(s), fp8, -1.0f), s, fp8);
+        return;
+    }
+    const fp4rl_hif4_base b = fp4rl_hif4_make_base(amax);
+    const uint32_t e8 = fp4rl_hif4_e8(m8, b.rec);
+    const uint32_t word = b.e6m2 | fp4rl_hif4_e8_at(e8, q >> 1) | fp4rl_hif4_e16_at(fp4rl_hif4_e16(a, e8, b.rec), q);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int jj = 4 * q + j;
+        y[j] = fp4rl_hif4_decode(fp4rl_hif4_encode(x[j], fp4rl_hif4_word_inc(word, jj), b.rec, -1.0f), word, jj);
+    }
+}
+
+__device__ __forceinline__ void store_bf16x4(uint16_t *o, const float y[4], int valid, int vec)
+{
+    if (vec && valid == 4) {
+        *reinterpret_cast<uint2 *>(o) = make_uint2((uint32_t)fp4rl_f32_to_bf16(y[0]) | (uint32_t)fp4rl_f32_to_bf16(y[1]) << 16,
+                                                   (uint32_t)fp4rl_f32_to_bf16(y[2]) | (uint32_t)fp4rl_f32_to_bf16(y[3]) << 16);
+        return;
+    }
+    for (int j = 0; j < valid; j++) o[j] = fp4rl_f32_to_bf16(y[j]);
+}
+
+/* qpr: quads a row, whole blocks; vec: K % 4 == 0, x 16-byte and out 8-byte aligned */
+template <int FMT>
+__global__ void __launch_bounds__(ACT4_THREADS) act_qdq4_k(uint16_t *out, unsigned long long *counts, const float *x, int64_t N,
+                                                           int64_t K, int qpr, int truncation_free, int resq, int vec)
+{
+    constexpr int L = (FMT == FP4RL_QDQ_HIF4 ? 64 : 32) / 4;
+    const int two = resq == FP4RL_RESQ_DENSE || resq == FP4RL_RESQ_2_4;
+    const int t = (int)blockIdx.x * ACT4_THREADS + (int)threadIdx.x; /* every lane runs: shuffles */
+    const int q = (int)threadIdx.x & (L - 1);                         /* the quad's index in its block */
+    const int64_t k0 = 4 * (int64_t)t;
+    const int valid = t < qpr && k0 < K ? (K - k0 < 4 ? (int)(K - k0) : 4) : 0;
+    unsigned nz = 0, under = 0;
+    for (int64_t n = blockIdx.y; n < N; n += gridDim.y) { /* CTA-uniform */
+        const float *xr = x + n * K + k0;
+        float xv[4], y[4];
+        if (vec && valid == 4) {
+            const float4 a = __ldg(reinterpret_cast<const float4 *>(xr));
+            xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++) xv[j] = j < valid ? xr[j] : 0.0f;
+        }
+        qdq4<FMT>(xv, y, q, truncation_free);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            nz += xv[j] != 0.0f;
+            under += xv[j] != 0.0f && y[j] == 0.0f;
+        }
+        if (valid) store_bf16x4(out + n * K + k0, y, valid, vec);
+        if (two) {
+            float r[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) r[j] = xv[j] - y[j];
+            qdq4<FMT>(r, r, q, truncation_free);
+            if (resq == FP4RL_RESQ_2_4) fp4rl_mask_2_4_group(r, 4);
+            if (valid) store_bf16x4(out + (N + n) * K + k0, r, valid, vec);
+        }
+    }
+    if (!counts) return; /* uniform: every thread of the grid sees the same pointer */
+    __shared__ unsigned snz[ACT4_THREADS / 32], sunder[ACT4_THREADS / 32];
+    nz = __reduce_add_sync(0xffffffffu, nz); /* integer sums: exact whatever the order */
+    under = __reduce_add_sync(0xffffffffu, under);
+    if ((threadIdx.x & 31) == 0) snz[threadIdx.x >> 5] = nz, sunder[threadIdx.x >> 5] = under;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long a = 0, b = 0;
+#pragma unroll
+        for (int w = 0; w < ACT4_THREADS / 32; w++) a += snz[w], b += sunder[w];
+        if (a || b) {
+            atomicAdd(counts, a);
+            atomicAdd(counts + 1, b);
+        }
+    }
+}
+
+/* Launch act_qdq4_k for a nearest-rounding activation (returns 0), or return 1 where it does not
+ * apply (empty or huge shapes, FP4RL_ACT_QDQ4=0): the caller then runs act_qdq_k. */
+int act_qdq4_launch(cudaStream_t s, uint16_t *out, unsigned long long *counts, const float *x, int64_t N, int64_t K, int fmt,
+                    int truncation_free, int resq)
+{
+    static const int off = [] {
+        const char *e = getenv("FP4RL_ACT_QDQ4"); /* "0": act_qdq_k everywhere (for comparisons) */
+        return e && e[0] == '0';
+    }();
+    const int bs = fp4rl_qdq_block_size(fmt);
+    const int64_t qpr = (K + bs - 1) / bs * (bs / 4);
+    if (off || N <= 0 || K <= 0 || qpr > (int64_t)1 << 30) return 1;
+    const int vec = K % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 8 == 0;
+    const dim3 grid((unsigned)((qpr + ACT4_THREADS - 1) / ACT4_THREADS), (unsigned)(N < 65535 ? N : 65535));
+    if (fmt == FP4RL_QDQ_HIF4)
+        act_qdq4_k<FP4RL_QDQ_HIF4><<<grid, ACT4_THREADS, 0, s>>>(out, counts, x, N, K, (int)qpr, truncation_free, resq, vec);
+    else if (fmt == FP4RL_QDQ_MXFP4)
+        act_qdq4_k<FP4RL_QDQ_MXFP4><<<grid, ACT4_THREADS, 0, s>>>(out, counts, x, N, K, (int)qpr, truncation_free, resq, vec);
+    else if (fmt == FP4RL_QDQ_MXFP8)
+        act_qdq4_k<FP4RL_QDQ_MXFP8><<<grid, ACT4_THREADS, 0, s>>>(out, counts, x, N, K, (int)qpr, truncation_free, resq, vec);
+    else
+        return 1;
+    return 0;
+}
+
 /* ---- blocks down the columns (the training GEMMs' operands contracted along tokens) ----------
  * A CTA is 32 columns x one block of BS rows: thread (tx, ty) holds rows 8 ty .. 8 ty + 7 of
  * column tx, so each load and store of a warp is 32 consecutive columns of one row (coalesced);
@@ -199,27 +343,20 @@ __global__ void pack_bf16_x4_k(uint2 *dst, const float4 *src, int64_t n4)
     }
 }
 
-/* add_halves: the CPU's expression, (top + b) + bottom; vec (OUT % 4 == 0, every pointer 16-byte
- * aligned): four consecutive outputs of a row a thread (it is bound by the 3 x N x OUT floats it
- * moves) */
-__device__ __forceinline__ float add_half(float top, const float *b, int64_t c, float bottom)
-{
-    return (b ? top + b[c] : top) + bottom;
-}
+/* add_halves: the CPU's expression, (top + b) + bottom (backend/halves.h); vec (OUT % 4 == 0, every
+ * pointer 16-byte aligned): four consecutive outputs of a row a thread (it is bound by the 3 x N x
+ * OUT floats it moves) */
 __global__ void add_halves_k(float *y, const float *ys, const float *b, int64_t N, int64_t OUT, int vec)
 {
+    const float *lo = ys + N * OUT;
     if (vec) {
         const int64_t O4 = OUT / 4, n4 = N * O4;
-        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
-            const float4 t = reinterpret_cast<const float4 *>(ys)[i], u = reinterpret_cast<const float4 *>(ys)[n4 + i];
-            const int64_t c = (i % O4) * 4;
-            reinterpret_cast<float4 *>(y)[i] =
-                make_float4(add_half(t.x, b, c, u.x), add_half(t.y, b, c + 1, u.y), add_half(t.z, b, c + 2, u.z), add_half(t.w, b, c + 3, u.w));
-        }
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x)
+            reinterpret_cast<float4 *>(y)[i] = fp4rl_halves_at4(ys, lo, b, i * 4, (i % O4) * 4);
         return;
     }
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * OUT; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = add_half(ys[i], b, i % OUT, ys[N * OUT + i]);
+        y[i] = fp4rl_halves_add(ys[i], b, i % OUT, lo[i]);
 }
 
 } // namespace
@@ -231,6 +368,7 @@ fp4rl_status fp4rl_cuda_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned 
     cudaStream_t s;
     fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
     if (st) return st;
+    if (!act_qdq4_launch(s, out, counts, x, N, K, fmt, truncation_free, resq)) return fp4rl_cuda_check_launch(ctx, "rollout_act");
     const int bs = fp4rl_qdq_block_size(fmt);
     const int64_t threads = N * ((K + bs - 1) / bs) * (bs / 8);
     const unsigned grid = fp4rl_cuda_blocks(threads, 256);
@@ -263,6 +401,8 @@ fp4rl_status fp4rl_cuda_qdq_bf16(fp4rl_context *ctx, uint16_t *dst, const float 
         else qdq_rows_k<32><<<grid, dim3(32, 4), 0, s>>>(dst, src, rows, cols, fmt, truncation_free, stochastic, seed, offset);
         return fp4rl_cuda_check_launch(ctx, "qdq_bf16 (along rows)");
     }
+    if (!stochastic && !act_qdq4_launch(s, dst, NULL, src, rows, cols, fmt, truncation_free, FP4RL_RESQ_OFF))
+        return fp4rl_cuda_check_launch(ctx, "qdq_bf16");
     const int64_t threads = rows * ((cols + bs - 1) / bs) * (bs / 8);
     const unsigned grid = fp4rl_cuda_blocks(threads, 256);
     if (bs == 64) act_qdq_k<64><<<grid, 256, 0, s>>>(dst, NULL, src, rows, cols, fmt, truncation_free, FP4RL_RESQ_OFF, stochastic, seed, offset);

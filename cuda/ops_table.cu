@@ -12,7 +12,8 @@
  * double row sums (RMSNorm, softmax, log-probs, norms) differ only in double rounding. Per op:
  *  - adamw_update_bf16: adamw_math.h's step and SR uniforms, bitwise the CPU's;
  *  - init_normal: init_math.h's arithmetic, bitwise the CPU's;
- *  - attention_rows: warp-per-key dot products, sums in another order;
+ *  - attention_rows: the CPU's scores bit for bit; lse and o summed in another order, fixed by the
+ *    row's own key count (BF16 caches of head dim 64/128: over chunks of 64 keys, in chunk order);
  *  - sample_rows: the CPU's inverse CDF and uniform; ties at a CDF step may differ by double rounding;
  *  - nucleus_logprobs_forward: the CPU's nucleus; sums in chunk order.
  */

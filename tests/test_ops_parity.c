@@ -424,7 +424,7 @@ START_TEST(test_fused_block_ops)
         const size_t used = (size_t)(R * KD) * (kvb ? 2 : 4);
         OKG(gpu->be->memset0(gpu, dkc, cb)), OKG(gpu->be->memset0(gpu, dvc, cb));
         OKG(gpu->be->memset0(gpu, dkc2, cb)), OKG(gpu->be->memset0(gpu, dvc2, cb));
-        OKG(G->qkv_rope_store(gpu, dq, dkc, dvc, kvb, dqkv, dpos, drows, N, Hq, Hkv, D, 1e6f));
+        OKG(G->qkv_rope_store(gpu, dq, dkc, dvc, kvb, dqkv, NULL, NULL, dpos, drows, N, Hq, Hkv, D, 1e6f));
         for (int64_t n = 0; n < N; n++) { /* the unfused steps on the GPU */
             OKG(G->copy(gpu, dq2 + n * QD, dqkv + n * W3, QD));
             OKG(G->copy(gpu, dk + n * KD, dqkv + n * W3 + QD, KD));
@@ -444,7 +444,7 @@ START_TEST(test_fused_block_ops)
         ck_assert_msg(!memcmp(a, b, used), "qkv_rope_store: v cache (bf16 %d) differs from kv_store", kvb);
         free(a), free(b);
         if (!kvb) { /* against the CPU */
-            C->qkv_rope_store(cpu, q, kf, vf, 0, qkv, pos, rows, N, Hq, Hkv, D, 1e6f);
+            C->qkv_rope_store(cpu, q, kf, vf, 0, qkv, NULL, NULL, pos, rows, N, Hq, Hkv, D, 1e6f);
             cmp("qkv_rope_store q", dq, q, N * QD, 1e-6);
             cmp("qkv_rope_store k cache", dkc, kf, R * KD, 1e-6);
             cmp("qkv_rope_store v cache", dvc, vf, R * KD, 0);
@@ -453,8 +453,8 @@ START_TEST(test_fused_block_ops)
     float *gu = rnd(N * 2 * I, 4), *h = malloc((size_t)(N * I) * 4);
     float *dgu = upf(gu, N * 2 * I), *dh = upf(h, N * I), *dh2 = upf(h, N * I);
     for (int64_t Ir = I; Ir <= I + 1; Ir++) { /* I % 4 == 0: four elements a thread; I + 1: one */
-        C->swiglu_rows(cpu, h, gu, N, Ir);
-        OKG(G->swiglu_rows(gpu, dh, dgu, N, Ir));
+        C->swiglu_rows(cpu, h, gu, NULL, NULL, N, Ir);
+        OKG(G->swiglu_rows(gpu, dh, dgu, NULL, NULL, N, Ir));
         for (int64_t n = 0; n < N; n++) OKG(G->swiglu_forward(gpu, dh2 + n * Ir, dgu + n * 2 * Ir, dgu + n * 2 * Ir + Ir, Ir));
         cmp("swiglu_rows", dh, h, N * Ir, 1e-6);
         void *a = down(dh, (size_t)(N * Ir) * 4), *b = down(dh2, (size_t)(N * Ir) * 4);
@@ -527,6 +527,88 @@ START_TEST(test_fused_block_ops)
 }
 END_TEST
 
+/* device buffers a and b hold the same bytes */
+static int dsame(const void *a, const void *b, size_t bytes)
+{
+    void *x = down(a, bytes), *y = down(b, bytes);
+    const int same = !memcmp(x, y, bytes);
+    free(x), free(y);
+    return same;
+}
+
+/* The fused steps reading a ResQ GEMM's halves (lo, bias: core/backend/halves.h) on the GPU equal
+ * the GPU's add_halves followed by the op on its output, bit for bit, and the CPU's op on the same
+ * halves within the elementwise tolerance (v exactly): lo alone, lo and bias, bias alone (against
+ * the op on x + bias), q/k/v rows of 1152 and 30 values, gate/up of I = 1000 (four a thread) and
+ * 1001 (one), and a bias off 16-byte alignment (swiglu_rows' scalar form at I = 1000). */
+START_TEST(test_fused_ops_halves)
+{
+    const int64_t N = 19, R = 23;
+    int32_t pos[19], rows[19];
+    for (int i = 0; i < N; i++) pos[i] = i * 977 % 4000, rows[i] = (int32_t)((i * 5 + 3) % R);
+    int32_t *dpos = upi(pos, N), *drows = upi(rows, N);
+    const int64_t shapes[2][3] = {{14, 2, 64}, {3, 1, 6}}; /* Hq, Hkv, D */
+    for (int s = 0; s < 2; s++)
+        for (int mode = 0; mode < 3; mode++) { /* 0: lo; 1: lo and bias; 2: bias alone */
+            const int64_t Hq = shapes[s][0], Hkv = shapes[s][1], D = shapes[s][2], QD = Hq * D, KD = Hkv * D, W = QD + 2 * KD;
+            float *ys = rnd(2 * N * W, 4), *b = rnd(W, 1), *x = malloc((size_t)(N * W) * 4), *q = malloc((size_t)(N * QD) * 4);
+            float *kf = calloc((size_t)(R * KD), 4), *vf = calloc((size_t)(R * KD), 4);
+            for (int64_t i = N * W; i < 2 * N * W; i++) ys[i] *= 0.01f; /* the residual's half: small */
+            for (int64_t i = 0; i < N * W; i++) x[i] = ys[i] + b[i % W];  /* mode 2's reference input */
+            float *dys = upf(ys, 2 * N * W), *db = upf(b, W), *dx = upf(x, N * W), *dq = upf(q, N * QD), *dq2 = upf(q, N * QD);
+            const float *lo = mode < 2 ? ys + N * W : NULL, *bias = mode ? b : NULL;
+            const float *dlo = mode < 2 ? dys + N * W : NULL, *dbias = mode ? db : NULL;
+            if (dlo) OKG(G->add_halves(gpu, dx, dys, dbias, N, W));
+            void *dkc, *dvc, *dkc2, *dvc2;
+            const size_t cb = (size_t)(R * KD) * 4;
+            ck_assert_int_eq(gpu->be->alloc(gpu, &dkc, cb), FP4RL_OK);
+            ck_assert_int_eq(gpu->be->alloc(gpu, &dvc, cb), FP4RL_OK);
+            ck_assert_int_eq(gpu->be->alloc(gpu, &dkc2, cb), FP4RL_OK);
+            ck_assert_int_eq(gpu->be->alloc(gpu, &dvc2, cb), FP4RL_OK);
+            for (int kvb = 0; kvb < 2; kvb++) {
+                const size_t used = (size_t)(R * KD) * (kvb ? 2 : 4);
+                OKG(gpu->be->memset0(gpu, dkc, cb)), OKG(gpu->be->memset0(gpu, dvc, cb));
+                OKG(gpu->be->memset0(gpu, dkc2, cb)), OKG(gpu->be->memset0(gpu, dvc2, cb));
+                OKG(G->qkv_rope_store(gpu, dq, dkc, dvc, kvb, dys, dlo, dbias, dpos, drows, N, Hq, Hkv, D, 1e6f));
+                OKG(G->qkv_rope_store(gpu, dq2, dkc2, dvc2, kvb, dx, NULL, NULL, dpos, drows, N, Hq, Hkv, D, 1e6f));
+                ck_assert_msg(dsame(dq, dq2, (size_t)(N * QD) * 4), "qkv_rope_store halves (W %lld, mode %d): q differs", (long long)W, mode);
+                ck_assert_msg(dsame(dkc, dkc2, used) && dsame(dvc, dvc2, used),
+                              "qkv_rope_store halves (W %lld, mode %d, bf16 %d): cache differs from add_halves + qkv_rope_store", (long long)W,
+                              mode, kvb);
+                if (!kvb) { /* against the CPU on the same halves */
+                    OKG(C->qkv_rope_store(cpu, q, kf, vf, 0, ys, lo, bias, pos, rows, N, Hq, Hkv, D, 1e6f));
+                    cmp("qkv_rope_store halves q", dq, q, N * QD, 1e-6);
+                    cmp("qkv_rope_store halves k cache", dkc, kf, R * KD, 1e-6);
+                    cmp("qkv_rope_store halves v cache", dvc, vf, R * KD, 0);
+                }
+            }
+            free(ys), free(b), free(x), free(q), free(kf), free(vf);
+            dfree(dys), dfree(db), dfree(dx), dfree(dq), dfree(dq2), dfree(dkc), dfree(dvc), dfree(dkc2), dfree(dvc2);
+        }
+    for (int64_t I = 1000; I <= 1001; I++)
+        for (int mode = 0; mode < 4; mode++) { /* 0: lo; 1: lo and bias; 2: bias alone; 3: lo and a bias off alignment */
+            const int64_t W = 2 * I;
+            float *ys = rnd(2 * N * W, 4), *b = rnd(W + 1, 1), *x = malloc((size_t)(N * W) * 4), *h = malloc((size_t)(N * I) * 4);
+            const int64_t bo = mode == 3;
+            for (int64_t i = N * W; i < 2 * N * W; i++) ys[i] *= 0.01f;
+            for (int64_t i = 0; i < N * W; i++) x[i] = ys[i] + b[bo + i % W];
+            float *dys = upf(ys, 2 * N * W), *db = upf(b, W + 1), *dx = upf(x, N * W), *dh = upf(h, N * I), *dh2 = upf(h, N * I);
+            const float *lo = mode != 2 ? ys + N * W : NULL, *bias = mode ? b + bo : NULL;
+            const float *dlo = mode != 2 ? dys + N * W : NULL, *dbias = mode ? db + bo : NULL;
+            if (dlo) OKG(G->add_halves(gpu, dx, dys, dbias, N, W));
+            OKG(G->swiglu_rows(gpu, dh, dys, dlo, dbias, N, I));
+            OKG(G->swiglu_rows(gpu, dh2, dx, NULL, NULL, N, I));
+            ck_assert_msg(dsame(dh, dh2, (size_t)(N * I) * 4), "swiglu_rows halves (I %lld, mode %d) differs from add_halves + swiglu_rows",
+                          (long long)I, mode);
+            OKG(C->swiglu_rows(cpu, h, ys, lo, bias, N, I));
+            cmp("swiglu_rows halves", dh, h, N * I, 1e-6);
+            free(ys), free(b), free(x), free(h);
+            dfree(dys), dfree(db), dfree(dx), dfree(dh), dfree(dh2);
+        }
+    dfree(dpos), dfree(drows);
+}
+END_TEST
+
 START_TEST(test_attention)
 {
     const int64_t B = 2, Hq = 4, Hkv = 2, D = 16;
@@ -551,7 +633,76 @@ START_TEST(test_attention)
     rows_case(2, 2, 16, 3, 2, 0);
     rows_case(6, 2, 128, 6, 600, 0);  /* Qwen2.5-1.5B's heads at a decode cache length */
     rows_case(5, 2, 128, 8, 130, 500); /* 3B's heads, cache far longer than the keys */
-    rows_case(2, 1, 64, 4, 5200, 0); /* scores beyond shared memory: the warp kernel */
+    rows_case(2, 1, 64, 4, 5200, 0); /* FP32 cache: scores beyond shared memory, the warp kernel; BF16: the split path */
+}
+END_TEST
+
+/* attention_rows on the GPU's split-keys path (BF16 cache, head dims 64 and 128) at a Qwen2.5
+ * head shape: 37 rows of 1 .. max_keys keys (chunk edges 63/64/65/128/129 among them; the
+ * prompt part only, the own part only, both) against the CPU; then the determinism the rollout's
+ * graphs need: a row's bits are the same alone (a batch of 1), in the batch of 37 and in the
+ * batch reversed (memcmp). */
+static void split_case(int64_t Hq, int64_t Hkv, int64_t D, int64_t max_keys)
+{
+    const int64_t N = 37, W = Hkv * D, rows = max_keys + N * max_keys, nq = N * Hq * D, RQ = Hq * D;
+    const int64_t fixed[] = {1, 2, 63, 64, 65, 127, 128, 129, max_keys - 1, max_keys};
+    float *src = rnd(rows * W, 1), *vsrc = rnd(rows * W, 1), *q = rnd(nq, 3);
+    uint16_t *kb = malloc((size_t)(rows * W) * 2), *vb = malloc((size_t)(rows * W) * 2);
+    int32_t *ids = malloc((size_t)rows * 4), *seg = malloc((size_t)(4 * N) * 4), *rseg = malloc((size_t)(4 * N) * 4);
+    for (int64_t r = 0; r < rows; r++) ids[r] = (int32_t)r;
+    C->kv_store(cpu, kb, 1, src, ids, rows, W); /* the BF16 cache: nearest-even bits */
+    C->kv_store(cpu, vb, 1, vsrc, ids, rows, W);
+    for (int64_t n = 0; n < N; n++) {
+        int64_t nk = n < 10 ? fixed[n] : 1 + (n * 97) % max_keys;
+        if (nk > max_keys) nk = max_keys;
+        if (nk < 1) nk = 1;
+        const int64_t mode = n % 3, l0 = mode == 0 ? nk : mode == 1 ? 0 : nk / 2; /* prompt only, own only, both */
+        seg[4 * n] = (int32_t)((n % 4) * 3 < max_keys - l0 ? (n % 4) * 3 : 0), seg[4 * n + 1] = (int32_t)l0;
+        seg[4 * n + 2] = (int32_t)(max_keys + n * max_keys), seg[4 * n + 3] = (int32_t)(nk - l0);
+    }
+    float *rq = malloc((size_t)nq * 4);
+    for (int64_t n = 0; n < N; n++) { /* the batch reversed */
+        memcpy(rq + n * RQ, q + (N - 1 - n) * RQ, (size_t)RQ * 4);
+        memcpy(rseg + 4 * n, seg + 4 * (N - 1 - n), 16);
+    }
+    void *dk = up(kb, (size_t)(rows * W) * 2), *dv = up(vb, (size_t)(rows * W) * 2);
+    float *dq = upf(q, nq), *drq = upf(rq, nq), *dout = upf(q, nq), *drout = upf(q, nq), *d1 = upf(q, RQ);
+    int32_t *dseg = upi(seg, 4 * N), *drseg = upi(rseg, 4 * N);
+    float *out = malloc((size_t)nq * 4), *out32 = malloc((size_t)nq * 4);
+    C->attention_rows(cpu, out, q, kb, vb, 1, seg, N, max_keys, Hq, Hkv, D, FP4RL_ATT_BF16);
+    C->attention_rows(cpu, out32, q, kb, vb, 1, seg, N, max_keys, Hq, Hkv, D, FP4RL_ATT_FP32);
+    const double tol = host_gap(out, out32, nq) / 10;
+    OKG(G->attention_rows(gpu, dout, dq, dk, dv, 1, dseg, N, max_keys, Hq, Hkv, D, FP4RL_ATT_BF16));
+    char what[80];
+    snprintf(what, sizeof what, "attention_rows split %lld/%lld/%lld keys<=%lld", (long long)Hq, (long long)Hkv, (long long)D,
+             (long long)max_keys);
+    cmp(what, dout, out, nq, tol > 1e-5 ? tol : 1e-5);
+    OKG(G->attention_rows(gpu, drout, drq, dk, dv, 1, drseg, N, max_keys, Hq, Hkv, D, FP4RL_ATT_BF16));
+    float *g = down(dout, (size_t)nq * 4), *gr = down(drout, (size_t)nq * 4);
+    for (int64_t n = 0; n < N; n++) {
+        ck_assert_msg(!memcmp(g + n * RQ, gr + (N - 1 - n) * RQ, (size_t)RQ * 4), "%s: row %lld differs in the reversed batch", what,
+                      (long long)n);
+        int32_t *s1 = upi(seg + 4 * n, 4);
+        ck_assert_int_eq(gpu->be->upload(gpu, d1, q + n * RQ, (size_t)RQ * 4), FP4RL_OK);
+        float *o1 = NULL;
+        OKG(G->attention_rows(gpu, dout, d1, dk, dv, 1, s1, 1, max_keys, Hq, Hkv, D, FP4RL_ATT_BF16));
+        o1 = down(dout, (size_t)RQ * 4);
+        ck_assert_msg(!memcmp(g + n * RQ, o1, (size_t)RQ * 4), "%s: row %lld (%d keys) differs alone and in a batch of %lld", what,
+                      (long long)n, seg[4 * n + 1] + seg[4 * n + 3], (long long)N);
+        free(o1);
+        dfree(s1);
+    }
+    free(src), free(vsrc), free(q), free(rq), free(kb), free(vb), free(ids), free(seg), free(rseg), free(out), free(out32), free(g),
+        free(gr);
+    dfree(dk), dfree(dv), dfree(dq), dfree(drq), dfree(dout), dfree(drout), dfree(d1), dfree(dseg), dfree(drseg);
+}
+START_TEST(test_attention_rows_split)
+{
+    split_case(14, 2, 64, 300);  /* Qwen2.5-0.5B */
+    split_case(12, 2, 128, 300); /* 1.5B */
+    split_case(16, 2, 128, 640); /* 3B at the bench's max_keys */
+    split_case(28, 4, 128, 300); /* 7B */
+    split_case(16, 2, 128, 1500); /* more chunks than blocks along them (blocks stride over chunks) */
 }
 END_TEST
 
@@ -689,6 +840,81 @@ START_TEST(test_top_p_ops)
         }
         free(l);
         dfree(dl), dfree(dt);
+    }
+}
+END_TEST
+
+/* rollout_act's four-elements-a-thread kernel (and qdq_bf16's nearest path, which shares it) over
+ * its every path, bit for bit against the CPU: HiF4 / MXFP4 / MXFP8, truncation-free off and on,
+ * ResQ off / dense / 2:4, counts on and off, K a multiple of the block and ragged (K % 4 != 0
+ * too), N = 1 and N > 128, 16-byte loads and the scalar path (misaligned x or out). Magnitudes
+ * vary by a power of two every 4 elements, so HiF4's e8 / e16 bits take both values; some blocks
+ * are zero, some hold NaN or inf, some underflow. */
+START_TEST(test_rollout_act_paths)
+{
+    const int64_t shapes[][3] = {/* N, K, misaligned */
+                                 {1, 2048, 0}, {1, 200, 0}, {130, 2048, 0}, {130, 200, 0}, {4, 11008, 0}, {3, 197, 0},
+                                 {2, 30, 0}, {5, 96, 0}, {7, 2048, 1}, {3, 197, 1}};
+    const int fmts[3] = {FP4RL_QDQ_HIF4, FP4RL_QDQ_MXFP4, FP4RL_QDQ_MXFP8};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t N = shapes[si][0], K = shapes[si][1], mis = shapes[si][2], n = N * K;
+        float *x = rnd(n, 1);
+        for (int64_t i = 0; i < n; i += 4) {
+            const float sc = ldexpf(1.0f, (int)((frand() + 1.0f) * 4.5f) - 4); /* 2^-4 .. 2^4 per quad */
+            for (int64_t j = i; j < i + 4 && j < n; j++) x[j] *= sc;
+        }
+        for (int64_t i = 0; i < n; i += 9) x[i] *= 1e-3f;   /* underflows */
+        for (int64_t i = 5; i < n; i += 31) x[i] *= 50.0f;  /* outliers */
+        for (int64_t i = 64; i < n && i < 128; i++) x[i] = 0.0f; /* a zero block */
+        if (n > 300) x[n / 2] = NAN, x[n / 3] = INFINITY, x[n / 5 + 1] = -INFINITY;
+        float *dx0 = NULL;
+        ck_assert_int_eq(gpu->be->alloc(gpu, (void **)&dx0, (size_t)(n + 4) * 4), FP4RL_OK);
+        float *dx = dx0 + mis; /* misaligned: 4 bytes off */
+        ck_assert_int_eq(gpu->be->upload(gpu, dx, x, (size_t)n * 4), FP4RL_OK);
+        void *dout0 = NULL;
+        ck_assert_int_eq(gpu->be->alloc(gpu, &dout0, (size_t)(2 * n + 4) * 2), FP4RL_OK);
+        uint16_t *dout = (uint16_t *)dout0 + mis; /* misaligned: 2 bytes off */
+        for (int f = 0; f < 3; f++)
+            for (int tf = 0; tf < 2; tf++)
+                for (int resq = FP4RL_RESQ_OFF; resq <= FP4RL_RESQ_2_4; resq++)
+                    for (int cnt = 0; cnt < 2; cnt++) {
+                        const int64_t words = n * (resq != FP4RL_RESQ_OFF ? 2 : 1);
+                        uint16_t *oc = malloc((size_t)words * 2), *og;
+                        unsigned long long cc[2] = {3, 4}, *cg = NULL, *dc = cnt ? up(cc, sizeof cc) : NULL;
+                        OKG(C->rollout_act(cpu, oc, cnt ? cc : NULL, x, N, K, fmts[f], tf, resq));
+                        OKG(G->rollout_act(gpu, dout, dc, dx, N, K, fmts[f], tf, resq));
+                        og = down(dout, (size_t)words * 2);
+                        int64_t diff = 0, first = -1;
+                        for (int64_t i = 0; i < words; i++)
+                            if (og[i] != oc[i]) diff++, first = first < 0 ? i : first;
+                        if (cnt) cg = down(dc, sizeof cc);
+                        if (diff || (cnt && (cg[0] != cc[0] || cg[1] != cc[1])))
+                            printf("  rollout_act N %lld K %lld mis %lld fmt %d tf %d resq %d counts %d: %lld of %lld words differ "
+                                   "(first %lld: gpu %04x cpu %04x)\n",
+                                   (long long)N, (long long)K, (long long)mis, fmts[f], tf, resq, cnt, (long long)diff,
+                                   (long long)words, (long long)first, first >= 0 ? og[first] : 0, first >= 0 ? oc[first] : 0);
+                        ck_assert_int_eq(diff, 0);
+                        if (cnt) ck_assert(cg[0] == cc[0] && cg[1] == cc[1]);
+                        free(oc), free(og), free(cg);
+                        if (dc) dfree(dc);
+                    }
+        /* qdq_bf16 along the last dim, nearest: the same kernel without ResQ or counts */
+        for (int f = 0; f < 3; f++)
+            for (int tf = 0; tf < 2; tf++) {
+                uint16_t *oc = malloc((size_t)n * 2), *og;
+                OKG(C->qdq_bf16(cpu, oc, x, N, K, fmts[f], tf, 0, 0, 0, 0));
+                OKG(G->qdq_bf16(gpu, dout, dx, N, K, fmts[f], tf, 0, 0, 0, 0));
+                og = down(dout, (size_t)n * 2);
+                int64_t diff = 0;
+                for (int64_t i = 0; i < n; i++) diff += og[i] != oc[i];
+                if (diff) printf("  qdq_bf16 N %lld K %lld mis %lld fmt %d tf %d: %lld words differ\n", (long long)N, (long long)K,
+                                 (long long)mis, fmts[f], tf, (long long)diff);
+                ck_assert_int_eq(diff, 0);
+                free(oc), free(og);
+            }
+        printf("  rollout_act / qdq_bf16 N %lld K %lld misaligned %lld: bit for bit\n", (long long)N, (long long)K, (long long)mis);
+        free(x);
+        dfree(dx0), dfree(dout0);
     }
 }
 END_TEST
@@ -925,15 +1151,18 @@ int main(void)
     Suite *su = suite_create("ops_parity");
     TCase *tc = tcase_create("ops");
     tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_rollout_act_paths);
     tcase_add_test(tc, test_elementwise);
     tcase_add_test(tc, test_embedding_norm_rope);
     tcase_add_test(tc, test_linear);
     tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_attention_rows_split);
     tcase_add_test(tc, test_fused_block_ops);
     tcase_add_test(tc, test_losses);
     tcase_add_test(tc, test_rollout_ops);
     tcase_add_test(tc, test_top_p_ops);
     tcase_add_test(tc, test_rollout_fused_ops);
+    tcase_add_test(tc, test_fused_ops_halves);
     tcase_add_test(tc, test_model_fp32);
     tcase_add_test(tc, test_rl_step);
     suite_add_tcase(su, tc);

@@ -244,7 +244,7 @@ START_TEST(test_fused_block_ops)
     for (int kvb = 0; kvb < 2; kvb++) {
         const size_t cb = (size_t)(R * KD) * (kvb ? 2 : 4);
         unsigned char *kc = calloc(1, cb), *vc = calloc(1, cb), *kc2 = calloc(1, cb), *vc2 = calloc(1, cb);
-        OK(o->qkv_rope_store(ctx, q, kc, vc, kvb, qkv, pos, rows, N, Hq, Hkv, D, 1e6f));
+        OK(o->qkv_rope_store(ctx, q, kc, vc, kvb, qkv, NULL, NULL, pos, rows, N, Hq, Hkv, D, 1e6f));
         for (int64_t n = 0; n < N; n++) { /* the steps one by one */
             memcpy(q2 + n * QD, qkv + n * W3, (size_t)QD * 4);
             memcpy(k + n * KD, qkv + n * W3 + QD, (size_t)KD * 4);
@@ -260,10 +260,62 @@ START_TEST(test_fused_block_ops)
     }
     float *gu = malloc((size_t)(N * 2 * I) * 4), *h = malloc((size_t)(N * I) * 4), *h2 = malloc((size_t)(N * I) * 4);
     for (int64_t i = 0; i < N * 2 * I; i++) gu[i] = 4 * gauss();
-    OK(o->swiglu_rows(ctx, h, gu, N, I));
+    OK(o->swiglu_rows(ctx, h, gu, NULL, NULL, N, I));
     for (int64_t n = 0; n < N; n++) OK(o->swiglu_forward(ctx, h2 + n * I, gu + n * 2 * I, gu + n * 2 * I + I, I));
     ck_assert_msg(!memcmp(h, h2, (size_t)(N * I) * 4), "swiglu_rows differs from swiglu_forward");
     free(qkv), free(q), free(q2), free(k), free(v), free(gu), free(h), free(h2);
+}
+END_TEST
+
+/* The fused steps reading a ResQ GEMM's halves (lo, bias) equal add_halves followed by the op, bit
+ * for bit: with and without bias, rows of a multiple of 4 and not (I = 36 / 37; q/k/v rows of 160
+ * and 30 values); and a bias without lo equals the op on x + bias. */
+START_TEST(test_fused_ops_halves)
+{
+    const fp4rl_ops *o = ctx->ops;
+    const int64_t N = 5, R = 9;
+    const int32_t pos[5] = {0, 3, 17, 200, 4095}, rows[5] = {7, 0, 3, 8, 1};
+    const int64_t shapes[2][3] = {{6, 2, 16}, {3, 1, 6}}; /* Hq, Hkv, D */
+    for (int s = 0; s < 2; s++)
+        for (int mode = 0; mode < 3; mode++) { /* 0: lo, no bias; 1: lo and bias; 2: bias alone */
+            const int64_t Hq = shapes[s][0], Hkv = shapes[s][1], D = shapes[s][2], QD = Hq * D, KD = Hkv * D, W = QD + 2 * KD;
+            float *ys = malloc((size_t)(2 * N * W) * 4), *b = malloc((size_t)W * 4), *x = malloc((size_t)(N * W) * 4);
+            float *q = malloc((size_t)(N * QD) * 4), *q2 = malloc((size_t)(N * QD) * 4);
+            for (int64_t i = 0; i < 2 * N * W; i++) ys[i] = (i < N * W ? 3 : 0.01f) * gauss();
+            for (int64_t i = 0; i < W; i++) b[i] = gauss();
+            const float *lo = mode < 2 ? ys + N * W : NULL, *bias = mode ? b : NULL;
+            if (lo) OK(o->add_halves(ctx, x, ys, bias, N, W));
+            else
+                for (int64_t i = 0; i < N * W; i++) x[i] = ys[i] + b[i % W];
+            for (int kvb = 0; kvb < 2; kvb++) {
+                const size_t cb = (size_t)(R * KD) * (kvb ? 2 : 4);
+                unsigned char *kc = calloc(1, cb), *vc = calloc(1, cb), *kc2 = calloc(1, cb), *vc2 = calloc(1, cb);
+                OK(o->qkv_rope_store(ctx, q, kc, vc, kvb, ys, lo, bias, pos, rows, N, Hq, Hkv, D, 1e6f));
+                OK(o->qkv_rope_store(ctx, q2, kc2, vc2, kvb, x, NULL, NULL, pos, rows, N, Hq, Hkv, D, 1e6f));
+                ck_assert_msg(!memcmp(q, q2, (size_t)(N * QD) * 4), "qkv_rope_store (W %lld, mode %d): q differs", (long long)W, mode);
+                ck_assert_msg(!memcmp(kc, kc2, cb) && !memcmp(vc, vc2, cb), "qkv_rope_store (W %lld, mode %d, bf16 %d): cache differs",
+                              (long long)W, mode, kvb);
+                free(kc), free(vc), free(kc2), free(vc2);
+            }
+            free(ys), free(b), free(x), free(q), free(q2);
+        }
+    for (int64_t I = 36; I <= 37; I++)
+        for (int mode = 0; mode < 3; mode++) {
+            const int64_t W = 2 * I;
+            float *ys = malloc((size_t)(2 * N * W) * 4), *b = malloc((size_t)W * 4), *x = malloc((size_t)(N * W) * 4);
+            float *h = malloc((size_t)(N * I) * 4), *h2 = malloc((size_t)(N * I) * 4);
+            for (int64_t i = 0; i < 2 * N * W; i++) ys[i] = (i < N * W ? 4 : 0.01f) * gauss();
+            for (int64_t i = 0; i < W; i++) b[i] = gauss();
+            const float *lo = mode < 2 ? ys + N * W : NULL, *bias = mode ? b : NULL;
+            if (lo) OK(o->add_halves(ctx, x, ys, bias, N, W));
+            else
+                for (int64_t i = 0; i < N * W; i++) x[i] = ys[i] + b[i % W];
+            OK(o->swiglu_rows(ctx, h, ys, lo, bias, N, I));
+            OK(o->swiglu_rows(ctx, h2, x, NULL, NULL, N, I));
+            ck_assert_msg(!memcmp(h, h2, (size_t)(N * I) * 4), "swiglu_rows (I %lld, mode %d) differs from add_halves + swiglu_rows",
+                          (long long)I, mode);
+            free(ys), free(b), free(x), free(h), free(h2);
+        }
 }
 END_TEST
 
@@ -382,6 +434,7 @@ int main(void)
     tcase_add_test(tc, test_act_bf16_and_pack);
     tcase_add_test(tc, test_linear_bf16);
     tcase_add_test(tc, test_fused_block_ops);
+    tcase_add_test(tc, test_fused_ops_halves);
     tcase_add_test(tc, test_rollout_fused_equals_generic);
     tcase_add_test(tc, test_train_operands_fused_equals_generic);
     suite_add_tcase(su, tc);

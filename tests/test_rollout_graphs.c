@@ -24,6 +24,11 @@ static const char *CFG =
     "{\"model_type\": \"qwen2\", \"vocab_size\": 300, \"hidden_size\": 256, \"intermediate_size\": 512,"
     " \"num_hidden_layers\": 3, \"num_attention_heads\": 8, \"num_key_value_heads\": 2,"
     " \"max_position_embeddings\": 512, \"tie_word_embeddings\": true}";
+/* head dim 64 (4 query heads, 2 kv heads): the BF16 cache's attention_rows runs the GPU's split-keys path */
+static const char *CFG64 =
+    "{\"model_type\": \"qwen2\", \"vocab_size\": 300, \"hidden_size\": 256, \"intermediate_size\": 512,"
+    " \"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"max_position_embeddings\": 512, \"tie_word_embeddings\": true}";
 
 enum { P = 24, G = 8, MAX_NEW = 40 };
 
@@ -64,7 +69,7 @@ static void compare(const char *what, const fp4rl_rollout_result *a, const fp4rl
     ck_assert_msg(lp <= tol, "%s: log mu differs by %g", what, lp);
 }
 
-static void engine_case(fp4rl_preset preset, fp4rl_numerics rollout)
+static void engine_case(const char *json, fp4rl_preset preset, fp4rl_numerics rollout)
 {
     fp4rl_context *gpu, *cpu;
     OK(fp4rl_context_create(&gpu, FP4RL_DEVICE_CUDA, 0));
@@ -74,8 +79,8 @@ static void engine_case(fp4rl_preset preset, fp4rl_numerics rollout)
     OK(fp4rl_quant_policy_apply_preset(p, preset));
     OK(fp4rl_quant_policy_set(p, FP4RL_QP_ROLLOUT_NUMERICS, rollout));
     fp4rl_model *mg, *mc;
-    OK(fp4rl_model_create(&mg, gpu, CFG, p, 9));
-    OK(fp4rl_model_create(&mc, cpu, CFG, p, 9)); /* counter-based initialisation: the same weights */
+    OK(fp4rl_model_create(&mg, gpu, json, p, 9));
+    OK(fp4rl_model_create(&mc, cpu, json, p, 9)); /* counter-based initialisation: the same weights */
     const int32_t stops[2] = {5, 77};
     fp4rl_rollout_cfg cfg = {.group = G, .max_new = MAX_NEW, .temperature = 1.0f, .stop = stops, .n_stop = 2, .seed = 21};
     fp4rl_rollout_result graph, eager, lock, ref;
@@ -107,11 +112,13 @@ static void engine_case(fp4rl_preset preset, fp4rl_numerics rollout)
     fp4rl_context_destroy(cpu);
 }
 
-START_TEST(test_engine_bf16) { engine_case(FP4RL_PRESET_DEFAULT, FP4RL_NUMERICS_BF16); }
+START_TEST(test_engine_bf16) { engine_case(CFG, FP4RL_PRESET_DEFAULT, FP4RL_NUMERICS_BF16); }
 END_TEST
-START_TEST(test_engine_hif4) { engine_case(FP4RL_PRESET_HIF4_RL, FP4RL_NUMERICS_W4A4); }
+START_TEST(test_engine_hif4) { engine_case(CFG, FP4RL_PRESET_HIF4_RL, FP4RL_NUMERICS_W4A4); }
 END_TEST
-START_TEST(test_engine_fp32) { engine_case(FP4RL_PRESET_DEFAULT, FP4RL_NUMERICS_FP32); }
+START_TEST(test_engine_fp32) { engine_case(CFG, FP4RL_PRESET_DEFAULT, FP4RL_NUMERICS_FP32); }
+END_TEST
+START_TEST(test_engine_bf16_d64) { engine_case(CFG64, FP4RL_PRESET_DEFAULT, FP4RL_NUMERICS_BF16); }
 END_TEST
 
 int main(void)
@@ -124,6 +131,7 @@ int main(void)
     tcase_add_test(tc, test_engine_bf16);
     tcase_add_test(tc, test_engine_hif4);
     tcase_add_test(tc, test_engine_fp32);
+    tcase_add_test(tc, test_engine_bf16_d64);
     suite_add_tcase(su, tc);
     const int rc = fp4rl_check_run_nofork(su);
     free(prompts);

@@ -161,15 +161,23 @@ FP4RL_OP(fp4rl_status, init_normal, (fp4rl_context *ctx, float *dst, int64_t k0,
  * kv_store: cache row rows[n] = src row n (src [N, W]; rounded to nearest-even BF16 with kv_bf16). */
 FP4RL_OP(fp4rl_status, kv_store, (fp4rl_context *ctx, void *cache, int kv_bf16, const float *src, const int32_t *rows,
          int64_t N, int64_t W))
-/* q/k/v of the rollout's forward from one GEMM: qkv [N, Hq * D + 2 * Hkv * D], row n = q | k | v.
+/* qkv_rope_store and swiglu_rows read their input x [N, W] (W its row length) as x = (top + bias) +
+ * lo, a ResQ GEMM's two halves (ops add_halves would write, read where they lie): element (n, c) is
+ * fp4rl_halves_at(top, lo, bias, n * W + c, c) (core/backend/halves.h), top the op's x argument,
+ * lo [N, W] and bias [W] each optional (NULL: that term absent; both NULL: x = top). So the op on
+ * (top, lo, bias) equals, bit for bit, add_halves into x followed by the op on x, without the
+ * [N, W] round trip.
+ * q/k/v of the rollout's forward from one GEMM: qkv [N, Hq * D + 2 * Hkv * D], row n = q | k | v.
  * q [N, Hq, D] = rope_forward(q part); cache row rows[n] of kc = rope_forward(k part) and of vc =
  * the v part, stored as kv_store stores them. Equal, bit for bit, to rope_forward on q and k and
  * kv_store of k and v (one kernel in place of four, and no separate q/k/v buffers). */
 FP4RL_OP(fp4rl_status, qkv_rope_store, (fp4rl_context *ctx, float *q, void *kc, void *vc, int kv_bf16, const float *qkv,
-         const int32_t *positions, const int32_t *rows, int64_t N, int64_t Hq, int64_t Hkv, int64_t D, float theta))
+         const float *lo, const float *bias, const int32_t *positions, const int32_t *rows, int64_t N, int64_t Hq,
+         int64_t Hkv, int64_t D, float theta))
 /* SwiGLU of one gate/up GEMM: out [N, inter] = silu(gu[n, i]) * gu[n, inter + i], gu [N, 2 inter] (row n = gate |
- * up); bit for bit swiglu_forward on the two halves. */
-FP4RL_OP(fp4rl_status, swiglu_rows, (fp4rl_context *ctx, float *out, const float *gu, int64_t N, int64_t inter))
+ * up; lo and bias as above, W = 2 inter); bit for bit swiglu_forward on the two halves. */
+FP4RL_OP(fp4rl_status, swiglu_rows, (fp4rl_context *ctx, float *out, const float *gu, const float *lo, const float *bias,
+         int64_t N, int64_t inter))
 /* Query row n against its own keys, q, out [N, Hq, D]: the keys (and values) of row n are cache
  * rows seg[4n] .. seg[4n] + seg[4n+1] - 1 followed by seg[4n+2] .. seg[4n+2] + seg[4n+3] - 1
  * (a prompt shared by a group of completions, then the completion's own tokens; either part may
@@ -242,8 +250,8 @@ FP4RL_OP(fp4rl_status, nucleus_logprobs_backward, (fp4rl_context *ctx, float *dl
  *   fmt = FP4RL_QDQ_* (qdq_block.h): xq = dequantize(quantize(x)), 1D blocks along K, round to
  *   nearest. resq = FP4RL_RESQ_DENSE or _2_4: out [2N, K], rows 0 .. N-1 = xq, rows N .. 2N-1 =
  *   S(qdq(x - xq)) (the residual re-quantized with fresh scales, masked as resq_mask does), so
- *   one GEMM of 2N rows reads Wq once for Q(x) Wq^T and S(Q(R)) Wq^T (add_halves then adds
- *   them); resq = OFF: out [N, K] = xq.
+ *   one GEMM of 2N rows reads Wq once for Q(x) Wq^T and S(Q(R)) Wq^T (add_halves, or the
+ *   consuming op's lo and bias, then adds them); resq = OFF: out [N, K] = xq.
  * counts (fmt >= 0; may be NULL): counts[0] += #{x != 0}, counts[1] += #{x != 0, xq == 0},
  * integer sums, exact and order-free. */
 FP4RL_OP(fp4rl_status, rollout_act, (fp4rl_context *ctx, uint16_t *out, unsigned long long *counts, const float *x,
@@ -259,7 +267,8 @@ FP4RL_OP(fp4rl_status, qdq_bf16, (fp4rl_context *ctx, uint16_t *dst, const float
          int fmt, int truncation_free, int along_rows, int stochastic, uint64_t seed, uint64_t offset))
 /* y [N, OUT] = (ys[n, :] + b) + ys[N + n, :] over ys [2N, OUT] (b [OUT] or NULL): the two halves
  * of a Rollout-ResQ GEMM, the quantized activation's and the residual's, added as the generic
- * path adds its two GEMMs. */
+ * path adds its two GEMMs (fp4rl_halves_add, core/backend/halves.h). The rollout reads q/k/v's and
+ * gate/up's halves in qkv_rope_store and swiglu_rows instead (their lo and bias). */
 FP4RL_OP(fp4rl_status, add_halves, (fp4rl_context *ctx, float *y, const float *ys, const float *b, int64_t N, int64_t OUT))
 /* y [N, OUT] = x [N, IN] w^T (+ b): BF16 operands (bit patterns), FP32 products and sums. */
 FP4RL_OP(fp4rl_status, linear_forward_bf16, (fp4rl_context *ctx, float *y, const uint16_t *x, const uint16_t *w,

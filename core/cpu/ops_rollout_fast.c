@@ -3,6 +3,7 @@
  * qdq_block.h (the CUDA kernel's arithmetic) per block, ResQ's residual and 2:4 mask, BF16 words.
  * The BF16 linear layer it feeds lives in ops_linear.c.
  */
+#include "backend/halves.h"
 #include "cpu/ops_cpu.h"
 #include "format/qdq_block.h"
 
@@ -72,9 +73,6 @@ fp4rl_status fp4rl_cpu_add_halves(fp4rl_context *ctx, float *y, const float *ys,
 {
     (void)ctx;
     for (int64_t n = 0; n < N; n++)
-        for (int64_t o = 0; o < OUT; o++) {
-            const float top = b ? ys[n * OUT + o] + b[o] : ys[n * OUT + o];
-            y[n * OUT + o] = top + ys[(N + n) * OUT + o];
-        }
+        for (int64_t o = 0; o < OUT; o++) y[n * OUT + o] = fp4rl_halves_add(ys[n * OUT + o], b, o, ys[(N + n) * OUT + o]);
     return FP4RL_OK;
 }

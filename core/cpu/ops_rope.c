@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "backend/halves.h"
 #include "cpu/ops_cpu.h"
 
 /* cos and sin of position `pos` at frequency index i, in binary32 like HF's Qwen2RotaryEmbedding
@@ -56,15 +57,21 @@ fp4rl_status fp4rl_cpu_rope_backward(fp4rl_context *ctx, float *dx, const float 
 }
 
 fp4rl_status fp4rl_cpu_qkv_rope_store(fp4rl_context *ctx, float *q, void *kc, void *vc, int kv_bf16, const float *qkv,
-                                      const int32_t *positions, const int32_t *rows, int64_t N, int64_t Hq, int64_t Hkv,
-                                      int64_t D, float theta)
+                                      const float *lo, const float *bias, const int32_t *positions, const int32_t *rows,
+                                      int64_t N, int64_t Hq, int64_t Hkv, int64_t D, float theta)
 {
     const int64_t QD = Hq * D, KD = Hkv * D, W = QD + 2 * KD;
-    float *k = malloc((size_t)KD * sizeof(float));
+    const int halves = lo || bias;
+    float *k = malloc((size_t)(KD + (halves ? W : 0)) * sizeof(float));
     if (!k) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "qkv_rope_store: out of memory");
+    float *x = k + KD; /* with halves: one row read from them */
     fp4rl_status st = FP4RL_OK;
     for (int64_t n = 0; n < N && !st; n++) { /* row by row: rope_forward and kv_store of one row each */
         const float *r = qkv + n * W;
+        if (halves) { /* the row add_halves would have written (backend/halves.h) */
+            for (int64_t c = 0; c < W; c++) x[c] = fp4rl_halves_at(qkv, lo, bias, n * W + c, c);
+            r = x;
+        }
         rope_rotate(q + n * QD, r, positions + n, 1, Hq, D, theta, 1.0f);
         rope_rotate(k, r + QD, positions + n, 1, Hkv, D, theta, 1.0f);
         st = fp4rl_cpu_kv_store(ctx, kc, kv_bf16, k, rows + n, 1, KD);

@@ -69,7 +69,8 @@ fp4rl_status fp4rl_rollout_linear(fp4rl_model *m, fp4rl_arena *a, const fp4rl_li
  * MXFP4 / HiF4 in 1D blocks with round-to-nearest, ResQ off, dense or 2:4. The products are then
  * those of the generic path (dequantized operands in an FP32 GEMM), only summed in another order;
  * ResQ's two GEMMs become one over the 2N rows [Q(x); S(Q(R))], reading Wq once, and its two
- * halves are added (add_halves). Anything else (FP32 numerics,
+ * halves are added (add_halves; q/k/v's and gate/up's consumers, qkv_rope_store and swiglu_rows,
+ * read the halves themselves: fast_gemm_halves). Anything else (FP32 numerics,
  * NVFP4's tensor scale, MXFP8's possible BF16 subnormals, 2D activation tiles, stochastic
  * activations, channel-50 / block-50) runs the generic fp4rl_rollout_linear. */
 typedef struct fast_plan {
@@ -127,6 +128,25 @@ static fp4rl_status fast_gemm(fp4rl_model *m, const fast_plan *f, float *y, floa
     if (fast_halves(f) == 1) return m->ops->linear_forward_bf16(m->ctx, y, xb, wb, b, N, K, OUT);
     fp4rl_status st = m->ops->linear_forward_bf16(m->ctx, ys, xb, wb, NULL, 2 * N, K, OUT);
     return st ? st : m->ops->add_halves(m->ctx, y, ys, b, N, OUT);
+}
+
+/* A fused GEMM's output as an op reading halves takes it (qkv_rope_store, swiglu_rows: x, lo, bias). */
+typedef struct fast_out {
+    const float *x, *lo, *bias;
+} fast_out;
+
+/* fast_gemm for a consumer that adds ResQ's halves itself: with ResQ, the GEMM of 2N rows into ys
+ * and out = {ys, ys + N * OUT, b}, the sum add_halves would write left to the consumer (no [N, OUT]
+ * round trip; the same bits, core/backend/halves.h); else y = xb w^T + b and out = {y}. */
+static fp4rl_status fast_gemm_halves(fp4rl_model *m, const fast_plan *f, fast_out *out, float *y, float *ys,
+                                     const uint16_t *xb, const uint16_t *wb, const float *b, int64_t N, int64_t K, int64_t OUT)
+{
+    if (fast_halves(f) == 1) {
+        *out = (fast_out){y, NULL, NULL};
+        return m->ops->linear_forward_bf16(m->ctx, y, xb, wb, b, N, K, OUT);
+    }
+    *out = (fast_out){ys, ys + N * OUT, b};
+    return m->ops->linear_forward_bf16(m->ctx, ys, xb, wb, NULL, 2 * N, K, OUT);
 }
 
 /* A prefill's activation operands go back once their GEMM is queued (a chunk of 8,192 rows held
@@ -381,7 +401,7 @@ typedef struct rollout_impl {
     fp4rl_arena *step;
     int64_t N;
     const int32_t *kvrow, *seg; /* device */
-    float *qkv, *gu;            /* the fused groups' GEMM outputs [N, QD + 2 KD], [N, 2I] */
+    float *qkv, *gu;            /* the fused groups' GEMM outputs [N, QD + 2 KD], [N, 2I] (NULL with ResQ: ys) */
     float *ys;                  /* ResQ: a fused GEMM's 2N rows (fast_gemm), or NULL */
     int keep;                   /* a decode step: its activation operands live to its end (act_done) */
 } rollout_impl;
@@ -414,10 +434,11 @@ static fp4rl_status rollout_block_qkv(void *user, int64_t l, float *q, float *k,
     (void)k, (void)v;
     const uint16_t *xs = fast_act(m, r->step, &e->f_qk, ln1, r->N, C, e->counts64 + i * 2);
     if (!xs) return r->step->st;
-    fp4rl_status st = fast_gemm(m, &e->f_qk, r->qkv, r->ys, xs, e->wb[i], e->bqkv + l * W3, r->N, C, W3);
+    fast_out y;
+    fp4rl_status st = fast_gemm_halves(m, &e->f_qk, &y, r->qkv, r->ys, xs, e->wb[i], e->bqkv + l * W3, r->N, C, W3);
     act_done(r->step, r->keep, xs);
-    return st ? st : m->ops->qkv_rope_store(m->ctx, q, e->kc[l], e->vc[l], e->kv_bf16, r->qkv, pos, r->kvrow, r->N, Hq, Hkv, D,
-                                            (float)c->rope_theta);
+    return st ? st : m->ops->qkv_rope_store(m->ctx, q, e->kc[l], e->vc[l], e->kv_bf16, y.x, y.lo, y.bias, pos, r->kvrow, r->N,
+                                            Hq, Hkv, D, (float)c->rope_theta);
 }
 
 /* gate/up as one GEMM on the shared activation operand of ln2 (counted at gate's), then SwiGLU of
@@ -430,9 +451,10 @@ static fp4rl_status rollout_block_gate_up(void *user, int64_t l, float *h, float
     const int64_t C = m->cfg.hidden_size, I = m->cfg.intermediate_size, i = l * FP4RL_LIN_COUNT + FP4RL_LIN_GATE;
     const uint16_t *xs = fast_act(m, r->step, &e->f_blk, ln2, r->N, C, e->counts64 + i * 2);
     if (!xs) return r->step->st;
-    fp4rl_status st = fast_gemm(m, &e->f_blk, r->gu, r->ys, xs, e->wb[i], NULL, r->N, C, 2 * I);
+    fast_out y;
+    fp4rl_status st = fast_gemm_halves(m, &e->f_blk, &y, r->gu, r->ys, xs, e->wb[i], NULL, r->N, C, 2 * I);
     act_done(r->step, r->keep, xs);
-    return st ? st : m->ops->swiglu_rows(m->ctx, h, r->gu, r->N, I);
+    return st ? st : m->ops->swiglu_rows(m->ctx, h, y.x, y.lo, y.bias, r->N, I);
 }
 
 static fp4rl_status rollout_block_attention(void *user, int64_t l, float *att, float *q, float *k, float *v)
@@ -472,9 +494,10 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     float *x = fp4rl_arena_f32(step, N * C), *ln = fp4rl_arena_f32(step, N * C), *rstd = fp4rl_arena_f32(step, N);
     /* fused groups: one GEMM output in place of k and v, of gate and up */
     float *q = fp4rl_arena_f32(step, N * QD), *qkv = NULL, *k = NULL, *v = NULL, *gu = NULL, *gate = NULL, *up = NULL;
-    if (e->share_qkv) qkv = fp4rl_arena_f32(step, N * (QD + 2 * KD));
+    /* (with ResQ their consumers read ys's halves: fast_gemm_halves) */
+    if (e->share_qkv) qkv = fast_halves(&e->f_qk) == 2 ? NULL : fp4rl_arena_f32(step, N * (QD + 2 * KD));
     else k = fp4rl_arena_f32(step, N * KD), v = fp4rl_arena_f32(step, N * KD);
-    if (e->f_blk.on) gu = fp4rl_arena_f32(step, N * 2 * I);
+    if (e->f_blk.on) gu = fast_halves(&e->f_blk) == 2 ? NULL : fp4rl_arena_f32(step, N * 2 * I);
     else gate = fp4rl_arena_f32(step, N * I), up = fp4rl_arena_f32(step, N * I);
     float *att = fp4rl_arena_f32(step, N * QD), *o = fp4rl_arena_f32(step, N * C), *x1 = fp4rl_arena_f32(step, N * C);
     float *h = fp4rl_arena_f32(step, N * I);
