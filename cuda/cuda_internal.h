@@ -97,6 +97,9 @@ fp4rl_status fp4rl_cuda_fail(fp4rl_context *ctx, cudaError_t err, const char *wh
 fp4rl_status fp4rl_cuda_check_launch(fp4rl_context *ctx, const char *what);
 /* Makes ctx's device current for this thread. */
 fp4rl_status fp4rl_cuda_enter(fp4rl_context *ctx);
+/* The split-K arrival counters (decode_gemm.cu owns them): cu->counters grown to at least n
+ * entries, all zero in stream order; *out the array to use. Each kernel's last CTA resets its own. */
+fp4rl_status fp4rl_cuda_split_counters(fp4rl_context *ctx, size_t n, unsigned **out);
 
 /* ---- memory (cuda_alloc.cu) ---- */
 fp4rl_status fp4rl_cuda_alloc_bytes(fp4rl_context *ctx, void **p, size_t bytes);

@@ -380,6 +380,26 @@ int fp4rl_cuda_decode_gemm_fits(const fp4rl_tensor *a, const fp4rl_tensor *w)
            a->dims[1] <= 0x7fffffff;
 }
 
+fp4rl_status fp4rl_cuda_split_counters(fp4rl_context *ctx, size_t n, unsigned **out)
+{
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    if (n > cu->counters_len) { /* cudaFree waits for the kernels using the old array */
+        unsigned *nc = NULL;
+        cudaError_t err = cudaMalloc((void **)&nc, n * sizeof(unsigned));
+        /* zeroed in the context's stream order, like everything the kernels read */
+        if (err == cudaSuccess) err = cudaMemsetAsync(nc, 0, n * sizeof(unsigned), cu->stream);
+        if (err != cudaSuccess) {
+            cudaFree(nc);
+            return fp4rl_cuda_fail(ctx, err, "fp4rl_matmul: split-K counters");
+        }
+        cudaFree(cu->counters);
+        cu->counters = nc;
+        cu->counters_len = n;
+    }
+    *out = cu->counters;
+    return FP4RL_OK;
+}
+
 fp4rl_status fp4rl_cuda_decode_gemm(fp4rl_context *ctx, fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *w, float alpha)
 {
     return fp4rl_cuda_decode_gemm_split(ctx, c, a, w, alpha, 0);
@@ -421,20 +441,8 @@ fp4rl_status fp4rl_cuda_decode_gemm_split(fp4rl_context *ctx, fp4rl_tensor *c, c
     p.counters = cu->counters;
     void *ws = NULL;
     if (p.slices > 1) {
-        if ((size_t)rblocks > cu->counters_len) { /* cudaFree waits for the kernels using the old array */
-            unsigned *nc = NULL;
-            cudaError_t err = cudaMalloc((void **)&nc, (size_t)rblocks * sizeof(unsigned));
-            /* zeroed in the context's stream order, like everything the kernel below reads */
-            if (err == cudaSuccess) err = cudaMemsetAsync(nc, 0, (size_t)rblocks * sizeof(unsigned), cu->stream);
-            if (err != cudaSuccess) {
-                cudaFree(nc);
-                return fp4rl_cuda_fail(ctx, err, "fp4rl_matmul: split-K counters");
-            }
-            cudaFree(cu->counters);
-            cu->counters = nc;
-            cu->counters_len = (size_t)rblocks;
-            p.counters = nc;
-        }
+        st = fp4rl_cuda_split_counters(ctx, (size_t)rblocks, &p.counters);
+        if (st) return st;
         st = fp4rl_cuda_alloc_bytes(ctx, &ws, (size_t)p.slices * p.M * p.N * sizeof(float));
         if (st) return st;
         p.ws = static_cast<float *>(ws);

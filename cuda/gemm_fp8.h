@@ -33,6 +33,10 @@
 #define FP4RL_FP8_SCALE_LD(rows) ((((rows) + 127) / 128) * 128)
 static inline size_t fp4rl_cuda_fp8_scales_bytes(int64_t rows, int64_t K, int U) { return (size_t)((K / U) * FP4RL_FP8_SCALE_LD(rows)) * 4; }
 
+#ifdef __cplusplus
+extern "C" { /* C linkage: the C tests (test_decode_fp8) call the pre-pass and the reference */
+#endif
+
 /* Whether C = A B^T for these operands can take the FP8 path (format pair, 1D along K or MXFP4
  * 32 x 32 tiles, K % U == 0) and the env / device select it. */
 int fp4rl_cuda_fp8_gemm_wanted(fp4rl_context *ctx, const fp4rl_tensor *c, const fp4rl_tensor *a, const fp4rl_tensor *b);
@@ -67,5 +71,9 @@ fp4rl_status fp4rl_cuda_fp8_gemm_mma(fp4rl_context *ctx, const uint8_t *a8, cons
 int fp4rl_cuda_fp8_wg_ok(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K);
 fp4rl_status fp4rl_cuda_fp8_gemm_wg(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c,
                                     int c_bf16, int64_t M, int64_t N, int64_t K, int U);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* FP4RL_CUDA_GEMM_FP8_H */

@@ -1,0 +1,610 @@
+/*
+ * decode_fp8.cu - the W4A4 decode GEMM on the FP8 tensor cores and its activation quantizer (see
+ * decode_fp8.h for the contract and gemm_fp8.h for the math and the error bound).
+ *
+ * Roles: W plays the mma's A operand (mma.sync m16n8k32 E4M3, 16 weight rows x 32 k), the
+ * activations its B operand (32 k x 8 activation rows), so C's fragments are [weight row,
+ * activation row]. A CTA of 4 warps covers 128 weight rows (32 a warp, two m16 tiles) and up to 64
+ * activation rows (NT n8 tiles; larger M runs more CTAs along grid y, which read the same weight
+ * rows from L2) over one K slice, in chunks of 128 k copied with cp.async into a 4-stage ring.
+ *
+ * The k order inside a unit is permuted (A and B agree, and a dot product does not care): in a
+ * HiF4 unit thread t of a quad owns k 16t .. 16t + 15, so its weight bytes are 8 contiguous bytes
+ * of each row and its activation bytes 16 contiguous bytes; k32 step s takes k 16t + 8s .. + 7
+ * (the mma's a0 / b0 slot the first four, a2 / b1 the next four). In an MXFP4 unit (one step)
+ * thread t owns k 8t .. 8t + 7. Each register's four bytes stay in k order, so the activation
+ * bytes are used as stored.
+ *
+ * Dequantization in registers, a 32-bit word of 8 codes at a time: the magnitudes through a byte
+ * permute of an 8-entry E4M3 table (HiF4: k * 2^inc, the table of the 4-element micro-block's
+ * increment; MXFP4: 2 e2m1(k)), the signs (bit 3 of each nibble) replicated into bytes by a second
+ * permute in sign mode and merged with one LOP3. The tables are gemm_fp8.cu's pre-pass tables, so
+ * the bytes are the pre-pass's.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode_fp8.h"
+#include "format/formats.h"
+#include "format/layout.h"
+#include "format/qdq_block.h"
+#include "gemm_fp8.h"
+#include "mma_common.cuh"
+
+using namespace fp4rl_cuda_mma;
+
+namespace {
+
+constexpr int WARPS = 4, THREADS = WARPS * 32, ROWS = WARPS * 32; /* weight rows a CTA */
+constexpr int KC = 128;                                           /* k a chunk (pipeline stage) */
+constexpr int STAGES = 4;
+constexpr int MCHUNK = 64; /* activation rows a CTA */
+
+struct D8 {
+    const uint8_t *a8;
+    const float *sa;
+    const uint8_t *codes;
+    const void *wscales;
+    void *c;
+    float *ws;
+    unsigned *counters;
+    int M, N, K, ldc;
+    int64_t row_bytes, scale_cols;
+    int tile;          /* MXFP4: 0 (1D) or 32 (2D tiles) */
+    int64_t lda;       /* FP4RL_FP8_SCALE_LD(M) */
+    int slices, chunks_per_slice, chunks;
+};
+
+/* Shared memory of one stage. Weight codes [128 rows][64 bytes], the 16-byte chunk c of row r at
+ * chunk c ^ rev2((r >> 1) & 3) (rev2: 2-bit reversal): the HiF4 reads (8 bytes a lane, 4 rows a
+ * half-warp) and the MXFP4 reads (4 bytes a lane, 8 rows a warp) then hit distinct banks. Weight
+ * scales: HiF4 two words a row; MXFP4 the two aligned words holding the row's 4 scale bytes.
+ * Activations [NT * 8 rows][128 bytes], chunk c of row r at c ^ (rev2(r & 3) << 1), for the same
+ * reason (16 bytes a lane for HiF4, 8 for MXFP4). Activation scales [units][NT * 8]. */
+template <int NT>
+struct Stage {
+    static constexpr int W = 0, WS = ROWS * 64, A = WS + ROWS * 8, AS = A + NT * 8 * KC;
+    static constexpr int BYTES = AS + 4 * NT * 8 * 4;
+    static constexpr int SMEM = STAGES * BYTES;
+};
+
+__device__ __forceinline__ int rev2(int x) { return ((x & 1) << 1) | ((x >> 1) & 1); }
+__device__ __forceinline__ int wswz(int r, int c) { return r * 64 + ((c ^ rev2((r >> 1) & 3)) << 4); }
+__device__ __forceinline__ int aswz(int r, int c) { return r * KC + ((c ^ (rev2(r & 3) << 1)) << 4); }
+
+/* d = a b over one 16 x 8 x 32 E4M3 step from zero (F32). */
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+#else
+    (void)a, (void)b0, (void)b1;
+    d[0] = d[1] = d[2] = d[3] = 0.0f;
+    __trap(); /* the host never launches it where the device or the build lacks sm_89 */
+#endif
+}
+
+/* E4M3 bytes of four codes: magnitudes from the table (lo: k 0..3, hi: k 4..7) selected by the
+ * low 16 bits of sel (nibble e = k of code e, bit 3 clear); sgn: bytes 0xFF where code e is
+ * negative, else 0x00; the sign lands in bit 7. */
+__device__ __forceinline__ uint32_t enc4(uint32_t lo, uint32_t hi, uint32_t sel, uint32_t sgn)
+{
+    return __byte_perm(lo, hi, sel) | (sgn & 0x80808080u);
+}
+/* The sign bytes of the codes of a word (nibble e = code e): for codes 0..3 (lo) and 4..7 (hi).
+ * prmt's sign mode (selector bit 3) replicates bit 7 of the chosen byte: bit 7 of byte b of w is
+ * the sign of code 2b + 1, of w << 4 the sign of code 2b. */
+__device__ __forceinline__ uint32_t prmt_sign(uint32_t a, uint32_t b, uint32_t sel)
+{
+    uint32_t d; /* PTX prmt (default mode): __byte_perm documents only the 3-bit selectors */
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+__device__ __forceinline__ void signs8(uint32_t w, uint32_t &lo, uint32_t &hi)
+{
+    const uint32_t w4 = w << 4;
+    lo = prmt_sign(w4, w, 0xD9C8u);
+    hi = prmt_sign(w4, w, 0xFBEAu);
+}
+
+/* The pre-pass's tables (gemm_fp8.cu, prepass_*_vec_kernel): E4M3 of k * 2^inc (HiF4) and of
+ * 2 e2m1(k) (MXFP4), k = 0..7 in bytes 0..7 of hi:lo. HiF4's tables for inc 1, 2 are those of
+ * inc 0 with 8 inc added to the exponent field of each nonzero byte. */
+constexpr uint32_t HIF4_LO = 0x44403800u, HIF4_HI = 0x4E4C4A48u, MX_LO = 0x44403800u, MX_HI = 0x54504C48u;
+
+/* The scale of a HiF4 unit as the pre-pass writes it: base / 4, NaN for the NaN word. */
+__device__ __forceinline__ float hif4_unit_scale(uint32_t w)
+{
+    return fp4rl_hif4_word_base_bits(w) == FP4RL_HIF4_NAN_WORD ? fp4rl_bits_f32(0x7fc00000u) : fp4rl_hif4_word_base(w) * 0.25f;
+}
+
+/* acc = acc + p * (sa * sw): the reference's promotion, as separate IEEE operations. */
+__device__ __forceinline__ float promote(float acc, float p, float sa, float sw) { return __fadd_rn(acc, __fmul_rn(p, __fmul_rn(sa, sw))); }
+
+template <int U, int NT, typename TC>
+__global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
+{
+    using S = Stage<NT>;
+    constexpr bool HIF4 = U == 64;
+    constexpr int UPC = KC / U; /* units a chunk: 2 or 4 */
+    constexpr int AROWS = NT * 8;
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ int last;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int rb = blockIdx.x / p.slices, slice = blockIdx.x - rb * p.slices;
+    const int m0 = blockIdx.y * MCHUNK;
+    const int units = p.K / U;
+
+    const int cbeg = slice * p.chunks_per_slice;
+    const int cend = min(p.chunks, cbeg + p.chunks_per_slice);
+
+    /* Copies chunk c into stage c % STAGES, zero-filled past N, M and K; commits one group always. */
+    auto issue = [&](int c) {
+        if (c < cend) {
+            uint8_t *st = smem + (c % STAGES) * S::BYTES;
+            const int k0 = c * KC;
+#pragma unroll
+            for (int i = 0; i < 4; i++) { /* 128 rows x 4 chunks of 16 bytes */
+                const int q = tid + i * THREADS, r = q >> 2, ch = q & 3;
+                const int n = rb * ROWS + r, k = k0 + ch * 32;
+                const bool live = n < p.N && k < p.K;
+                cp_async16(st + S::W + wswz(r, ch), p.codes + (live ? (int64_t)n * p.row_bytes + k / 2 : 0), live);
+            }
+            {
+                const int r = tid, n = rb * ROWS + r;
+                const int64_t nn = n < p.N ? n : 0;
+                if constexpr (HIF4) {
+                    const uint32_t *wd = static_cast<const uint32_t *>(p.wscales) + nn * p.scale_cols;
+#pragma unroll
+                    for (int ul = 0; ul < 2; ul++) {
+                        const int u = c * UPC + ul;
+                        const bool live = n < p.N && u < units;
+                        cp_async4(st + S::WS + r * 8 + ul * 4, wd + (live ? u : 0), live);
+                    }
+                } else {
+                    /* the row's scale bytes of units u0 .. u0 + nv - 1 lie in the aligned word at b & ~3
+                     * and, when they cross it, the next one (never past the last scale byte) */
+                    const uint8_t *sc = static_cast<const uint8_t *>(p.wscales);
+                    const int64_t b = (p.tile ? (nn >> 5) : nn) * p.scale_cols + c * UPC;
+                    const int nv = min(UPC, units - c * UPC);
+                    const uint8_t *wa = sc + (b & ~(int64_t)3);
+                    cp_async4(st + S::WS + r * 8, wa, n < p.N);
+                    const bool second = n < p.N && (int)(b & 3) + nv > 4;
+                    cp_async4(st + S::WS + r * 8 + 4, second ? wa + 4 : wa, second);
+                }
+            }
+            for (int q = tid; q < AROWS * 8; q += THREADS) { /* activation rows x 8 chunks of 16 bytes */
+                const int r = q >> 3, ch = q & 7, m = m0 + r, k = k0 + ch * 16;
+                const bool live = m < p.M && k < p.K;
+                cp_async16(st + S::A + aswz(r, ch), p.a8 + (live ? (int64_t)m * p.K + k : 0), live);
+            }
+            for (int q = tid; q < UPC * AROWS; q += THREADS) {
+                const int ul = q / AROWS, r = q - ul * AROWS, m = m0 + r, u = c * UPC + ul;
+                const bool live = m < p.M && u < units;
+                cp_async4(st + S::AS + q * 4, p.sa + (live ? (int64_t)u * p.lda + m : 0), live);
+            }
+        }
+        cp_async_commit();
+    };
+
+    float acc[2][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) issue(cbeg + i);
+
+    /* this thread's weight rows in the CTA: row (mt, hh) = warp * 32 + mt * 16 + hh * 8 + g */
+    const int wr0 = warp * 32 + g;
+    for (int c = cbeg; c < cend; c++) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        issue(c + STAGES - 1);
+        const uint8_t *st = smem + (c % STAGES) * S::BYTES;
+#pragma unroll
+        for (int ul = 0; ul < UPC; ul++) {
+            if (c * UPC + ul >= units) break; /* uniform: units past K add nothing (the reference has none) */
+            uint32_t af[2][HIF4 ? 2 : 1][4]; /* [mt][k32 step][a0..a3] */
+            float wsc[2][2];                 /* [mt][hh] unit scales of the weight rows */
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int r = wr0 + mt * 16 + hh * 8;
+                    if constexpr (HIF4) {
+                        const uint2 cw = *reinterpret_cast<const uint2 *>(st + S::W + wswz(r, 2 * ul + (t >> 1)) + (t & 1) * 8);
+                        const uint32_t word = *reinterpret_cast<const uint32_t *>(st + S::WS + r * 8 + ul * 4);
+                        wsc[mt][hh] = hif4_unit_scale(word);
+                        /* the increments of this thread's micro-blocks 4t + 2s + h: e8[2t + s] + e16[4t + 2s + h] */
+                        const uint32_t e8 = word >> (FP4RL_HIF4_E8_SHIFT + 2 * t), e16 = word >> (FP4RL_HIF4_E16_SHIFT + 4 * t);
+#pragma unroll
+                        for (int s = 0; s < 2; s++) {
+                            const uint32_t w = s ? cw.y : cw.x, sel = w & 0x77777777u;
+                            uint32_t sg_lo, sg_hi;
+                            signs8(w, sg_lo, sg_hi);
+                            const uint32_t i0 = ((e8 >> s) & 1u) + ((e16 >> (2 * s)) & 1u);
+                            const uint32_t i1 = ((e8 >> s) & 1u) + ((e16 >> (2 * s + 1)) & 1u);
+                            af[mt][s][hh] = enc4(HIF4_LO + i0 * 0x08080800u, HIF4_HI + i0 * 0x08080808u, sel, sg_lo);
+                            af[mt][s][2 + hh] = enc4(HIF4_LO + i1 * 0x08080800u, HIF4_HI + i1 * 0x08080808u, sel >> 16, sg_hi);
+                        }
+                    } else {
+                        const uint32_t w = *reinterpret_cast<const uint32_t *>(st + S::W + wswz(r, ul) + t * 4);
+                        const uint2 sp = *reinterpret_cast<const uint2 *>(st + S::WS + r * 8);
+                        const int n = rb * ROWS + r;
+                        const int64_t nn = n < p.N ? n : 0;
+                        const int off = (int)((((p.tile ? (nn >> 5) : nn) * p.scale_cols + c * UPC) & 3) + ul);
+                        const uint8_t sb = (uint8_t)(__byte_perm(sp.x, sp.y, (uint32_t)off) & 0xffu);
+                        wsc[mt][hh] = fp4rl_e8m0_decode(sb) * 0.5f;
+                        uint32_t sg_lo, sg_hi;
+                        signs8(w, sg_lo, sg_hi);
+                        const uint32_t sel = w & 0x77777777u;
+                        af[mt][0][hh] = enc4(MX_LO, MX_HI, sel, sg_lo);
+                        af[mt][0][2 + hh] = enc4(MX_LO, MX_HI, sel >> 16, sg_hi);
+                    }
+                }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const int ar = nt * 8 + g; /* B fragment: activation row ar */
+                uint32_t b[HIF4 ? 2 : 1][2];
+                if constexpr (HIF4) {
+                    const uint4 v = *reinterpret_cast<const uint4 *>(st + S::A + aswz(ar, 4 * ul + t));
+                    b[0][0] = v.x, b[0][1] = v.y, b[HIF4 ? 1 : 0][0] = v.z, b[HIF4 ? 1 : 0][1] = v.w;
+                } else {
+                    const uint2 v = *reinterpret_cast<const uint2 *>(st + S::A + aswz(ar, 2 * ul + (t >> 1)) + (t & 1) * 8);
+                    b[0][0] = v.x, b[0][1] = v.y;
+                }
+                /* C columns 2t, 2t + 1 of the tile: activation rows nt * 8 + 2t + j */
+                const float *asc = reinterpret_cast<const float *>(st + S::AS) + ul * AROWS + nt * 8 + 2 * t;
+                const float sa0 = asc[0], sa1 = asc[1];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    float q[4];
+                    mma_e4m3(q, af[mt][0], b[0][0], b[0][1]);
+                    if constexpr (HIF4) {
+                        float q1[4];
+                        mma_e4m3(q1, af[mt][HIF4 ? 1 : 0], b[HIF4 ? 1 : 0][0], b[HIF4 ? 1 : 0][1]);
+#pragma unroll
+                        for (int i = 0; i < 4; i++) q[i] = __fadd_rn(q[i], q1[i]); /* exact: integers < 2^16 */
+                    }
+                    /* c0, c1: weight row g, activation rows 2t, 2t + 1; c2, c3: weight row g + 8 */
+                    acc[mt][nt][0] = promote(acc[mt][nt][0], q[0], sa0, wsc[mt][0]);
+                    acc[mt][nt][1] = promote(acc[mt][nt][1], q[1], sa1, wsc[mt][0]);
+                    acc[mt][nt][2] = promote(acc[mt][nt][2], q[2], sa0, wsc[mt][1]);
+                    acc[mt][nt][3] = promote(acc[mt][nt][3], q[3], sa1, wsc[mt][1]);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    auto store = [&](int m, int n, float v) {
+        if (sizeof(TC) == 2) reinterpret_cast<uint16_t *>(p.c)[(int64_t)m * p.ldc + n] = fp4rl_f32_to_bf16(v);
+        else reinterpret_cast<float *>(p.c)[(int64_t)m * p.ldc + n] = v;
+    };
+    if (p.slices == 1) {
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int n = rb * ROWS + wr0 + mt * 16 + (i >> 1) * 8, m = m0 + nt * 8 + 2 * t + (i & 1);
+                    if (m < p.M && n < p.N) store(m, n, acc[mt][nt][i]);
+                }
+        return;
+    }
+    /* split-K: this slice's partials to ws[slice][m][n]; the last CTA of the (row block, M chunk)
+     * to arrive adds the slices in slice order (independent of timing) */
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int n = rb * ROWS + wr0 + mt * 16 + (i >> 1) * 8, m = m0 + nt * 8 + 2 * t + (i & 1);
+                if (m < p.M && n < p.N) p.ws[((int64_t)slice * p.M + m) * p.N + n] = acc[mt][nt][i];
+            }
+    __threadfence();
+    __syncthreads();
+    const int ctr = rb * gridDim.y + blockIdx.y;
+    if (tid == 0) {
+        const unsigned prev = atomicAdd(&p.counters[ctr], 1u);
+        last = prev == (unsigned)p.slices - 1;
+        if (last) p.counters[ctr] = 0; /* zero again for the next launch */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int mrows = min(MCHUNK, p.M - m0);
+    for (int idx = tid; idx < ROWS * mrows; idx += THREADS) {
+        const int m = m0 + idx / ROWS, n = rb * ROWS + idx % ROWS;
+        if (n >= p.N) continue;
+        float sum = 0.0f;
+        for (int s = 0; s < p.slices; s++) sum = __fadd_rn(sum, __ldcg(&p.ws[((int64_t)s * p.M + m) * p.N + n]));
+        store(m, n, sum);
+    }
+}
+
+template <int U, int NT, typename TC>
+cudaError_t d8_launch_one(const D8 &p, dim3 grid, cudaStream_t s)
+{
+    constexpr int smem = Stage<NT>::SMEM;
+    const cudaError_t e = cudaFuncSetAttribute(d8_kernel<U, NT, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    d8_kernel<U, NT, TC><<<grid, THREADS, smem, s>>>(p);
+    return cudaSuccess;
+}
+
+template <int U, typename TC>
+cudaError_t d8_launch(const D8 &p, dim3 grid, cudaStream_t s)
+{
+    if (p.M <= 8) return d8_launch_one<U, 1, TC>(p, grid, s);
+    if (p.M <= 16) return d8_launch_one<U, 2, TC>(p, grid, s);
+    if (p.M <= 32) return d8_launch_one<U, 4, TC>(p, grid, s);
+    return d8_launch_one<U, 8, TC>(p, grid, s);
+}
+
+/* Whether this build has sm_89+ code for the current device (the mma body): asked once. */
+__global__ void d8_probe_kernel(int *out)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    *out = 1;
+#else
+    *out = 0;
+#endif
+}
+
+int d8_device_ok(fp4rl_context *ctx)
+{
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    if (cu->cc_major * 10 + cu->cc_minor < 89) return 0;
+    static int probed = -1;
+    if (probed < 0) {
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(cu->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
+            (void)cudaGetLastError();
+            return 1; /* assume so while capturing; a launch error reports it otherwise */
+        }
+        int *d = NULL, h = 0;
+        if (cudaMalloc(&d, sizeof(int)) == cudaSuccess) {
+            d8_probe_kernel<<<1, 1>>>(d);
+            if (cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) != cudaSuccess) h = 0;
+            cudaFree(d);
+        }
+        (void)cudaGetLastError();
+        probed = h == 1;
+    }
+    return probed;
+}
+
+/* ---- the activation quantizer (fp4rl_cuda_act_e4m3) ----------------------------------------
+ * One thread per 8 consecutive elements of a row ("group"), a unit's groups in adjacent lanes, as
+ * rollout_act's act_qdq_k: the same formats.h steps (amax over the finite elements, a non-finite
+ * element makes the unit NaN, zero padding to whole units), but the codes are kept and written as
+ * the pre-pass's E4M3 bytes, the unit's scale as its FP32 scale. */
+template <int BS>
+__device__ __forceinline__ float unit_max_lanes(float v)
+{
+#pragma unroll
+    for (int m = 1; m < BS / 8; m <<= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+    return v;
+}
+
+/* E4M3 byte of a small integer-valued float (exact: at most 3 significant bits). */
+__device__ __forceinline__ uint8_t e4m3_exact(float v) { return fp4rl_e4m3_encode(v, -1.0f); }
+
+/* Quantizes the group x (group h of its unit) with nearest rounding: E4M3 bytes (packed, byte j
+ * = element j), the dequantized values y (what rollout_act yields) and the unit's FP32 scale. */
+template <int BS>
+__device__ __forceinline__ void quant_group(const float x[8], int h, int truncation_free, uint8_t o[8], float y[8], float &scale)
+{
+    int fin = 1;
+    const float a0 = fp4rl_qdq_amax(x, 0, 4, &fin), a1 = fp4rl_qdq_amax(x, 4, 8, &fin);
+    const float amax = unit_max_lanes<BS>(fmaxf(a0, a1));
+    const float bad = unit_max_lanes<BS>(fin ? 0.0f : 1.0f);
+    if (bad != 0.0f) { /* the quantizer's NaN unit: codes 0, and the pre-pass's NaN scale */
+#pragma unroll
+        for (int j = 0; j < 8; j++) o[j] = 0, y[j] = fp4rl_bits_f32(0x7fc00000u);
+        scale = fp4rl_bits_f32(0x7fc00000u);
+        return;
+    }
+    if (BS == 32) {
+        const uint8_t s = fp4rl_mx_block_scale(amax, FP4RL_DTYPE_MXFP4, truncation_free);
+        scale = fp4rl_e8m0_decode(s) * 0.5f; /* 2^e / 2: the byte holds 2 e2m1(code) */
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint8_t code = fp4rl_mx_encode(x[j], fp4rl_e8m0_exp(s), 0, -1.0f);
+            y[j] = fp4rl_mx_decode(code, s, 0);
+            o[j] = e4m3_exact(2.0f * fp4rl_e2m1_decode(code));
+        }
+        return;
+    }
+    /* HiF4: this group's bits of the unit's word (its e8 bit, its two e16 bits), as rollout_act */
+    const fp4rl_hif4_base b = fp4rl_hif4_make_base(amax);
+    const uint32_t e8 = fp4rl_hif4_e8(fmaxf(a0, a1), b.rec);
+    const uint32_t word = b.e6m2 | fp4rl_hif4_e8_at(e8, h) | fp4rl_hif4_e16_at(fp4rl_hif4_e16(a0, e8, b.rec), 2 * h) |
+                          fp4rl_hif4_e16_at(fp4rl_hif4_e16(a1, e8, b.rec), 2 * h + 1);
+    scale = hif4_unit_scale(word);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int jj = 8 * h + j, inc = fp4rl_hif4_word_inc(word, jj);
+        const uint8_t code = fp4rl_hif4_encode(x[j], inc, b.rec, -1.0f);
+        y[j] = fp4rl_hif4_decode(code, word, jj);
+        const float m = (float)(code & 7u) * (float)(1 << inc); /* value * 4 = k * 2^inc */
+        o[j] = e4m3_exact((code & 8u) ? -m : m);
+    }
+}
+
+__device__ __forceinline__ void store8(uint8_t *dst, const uint8_t o[8])
+{
+    const uint32_t lo = (uint32_t)o[0] | (uint32_t)o[1] << 8 | (uint32_t)o[2] << 16 | (uint32_t)o[3] << 24;
+    const uint32_t hi = (uint32_t)o[4] | (uint32_t)o[5] << 8 | (uint32_t)o[6] << 16 | (uint32_t)o[7] << 24;
+    *reinterpret_cast<uint2 *>(dst) = make_uint2(lo, hi);
+}
+
+template <int BS>
+__global__ void __launch_bounds__(256) act_e4m3_k(uint8_t *out, float *scales, unsigned long long *counts, const float *x, int64_t N,
+                                                  int64_t K, int truncation_free, int resq, int64_t ld)
+{
+    const int two = resq == FP4RL_RESQ_DENSE || resq == FP4RL_RESQ_2_4;
+    const int64_t Kp = (K + BS - 1) / BS * BS, gpr = Kp / 8;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* every lane runs: shuffles */
+    const int64_t n = i / gpr, g = i - n * gpr, k0 = g * 8;
+    const int h = (int)(g % (BS / 8));
+    const int64_t valid = n < N && k0 < K ? (K - k0 < 8 ? K - k0 : 8) : 0;
+    float xv[8], y[8], scale;
+    uint8_t o[8];
+    if (valid == 8 && (K % 8) == 0) {
+        const float4 *p = reinterpret_cast<const float4 *>(x + n * K + k0);
+        const float4 a = __ldg(p), c = __ldg(p + 1);
+        xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = c.x, xv[5] = c.y, xv[6] = c.z, xv[7] = c.w;
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) xv[j] = j < valid ? x[n * K + k0 + j] : 0.0f;
+    }
+    quant_group<BS>(xv, h, truncation_free, o, y, scale);
+    unsigned long long nz = 0, under = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        nz += xv[j] != 0.0f;
+        under += xv[j] != 0.0f && y[j] == 0.0f;
+    }
+    const bool row = n < N; /* whole units of real rows are written, padding included */
+    if (row) {
+        store8(out + n * Kp + k0, o);
+        if (h == 0) scales[(k0 / BS) * ld + n] = scale;
+    }
+    if (two) {
+        float r[8], yr[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) r[j] = xv[j] - y[j];
+        quant_group<BS>(r, h, truncation_free, o, yr, scale);
+        if (resq == FP4RL_RESQ_2_4) {
+            /* rollout_act masks the dequantized residual; an element the mask drops (nonzero
+             * before, zero after) is written as the byte 0x00, the unit keeps its scale */
+            float m[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) m[j] = yr[j];
+            fp4rl_mask_2_4_group(m, 4), fp4rl_mask_2_4_group(m + 4, 4);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (m[j] == 0.0f && yr[j] != 0.0f) o[j] = 0;
+        }
+        if (row) {
+            store8(out + (N + n) * Kp + k0, o);
+            if (h == 0) scales[(k0 / BS) * ld + N + n] = scale;
+        }
+    }
+    if (!counts) return;
+    for (int m = 16; m > 0; m >>= 1) { /* integer sums: exact whatever the order */
+        nz += __shfl_xor_sync(0xffffffffu, nz, m);
+        under += __shfl_xor_sync(0xffffffffu, under, m);
+    }
+    if ((threadIdx.x & 31) == 0 && (nz || under)) {
+        atomicAdd(counts, nz);
+        atomicAdd(counts + 1, under);
+    }
+}
+
+} // namespace
+
+fp4rl_status fp4rl_cuda_d8_gemm(fp4rl_context *ctx, const uint8_t *a8, const float *sa, int64_t M, const fp4rl_tensor *w, void *c,
+                                int c_bf16, int64_t ldc, int slices)
+{
+    if (!ctx || !a8 || !sa || !w || !c || !w->data || !w->scales)
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "d8_gemm: NULL context, operand, scale or output pointer");
+    if (w->dtype != FP4RL_DTYPE_HIF4 && w->dtype != FP4RL_DTYPE_MXFP4)
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: the weight must be HiF4 or MXFP4 (got dtype %d)", (int)w->dtype);
+    const int U = fp4rl_cuda_fp8_unit(w);
+    if (!U || w->ndim != 2) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: the weight must be 2D, HiF4 or MXFP4 1D along K or 32 x 32 tiles");
+    const int64_t N = w->q.rows, K = w->q.cols;
+    if (M < 1 || M > FP4RL_D8_MAX_M) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: M = %lld outside 1..%d", (long long)M, FP4RL_D8_MAX_M);
+    if (K % U || K < U) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: K = %lld is not a positive multiple of the unit %d", (long long)K, U);
+    if (N >= (1LL << 31) || K >= (1LL << 31) || ldc < N || ldc >= (1LL << 31))
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: N = %lld, K = %lld, ldc = %lld out of range", (long long)N, (long long)K, (long long)ldc);
+    if (((uintptr_t)a8 & 15) || ((uintptr_t)w->data & 15) || ((uintptr_t)sa & 3) || ((uintptr_t)w->scales & 3) || (w->q.row_bytes & 15))
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: operands not aligned (a8 and codes 16 bytes, scales 4)");
+    if (!d8_device_ok(ctx)) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: needs an sm_89+ device and a build with sm_89+ code");
+    fp4rl_status st = fp4rl_cuda_enter(ctx);
+    if (st) return st;
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    D8 p;
+    p.a8 = a8;
+    p.sa = sa;
+    p.codes = static_cast<const uint8_t *>(w->data);
+    p.wscales = w->scales;
+    p.c = c;
+    p.M = (int)M;
+    p.N = (int)N;
+    p.K = (int)K;
+    p.ldc = (int)ldc;
+    p.row_bytes = w->q.row_bytes;
+    p.scale_cols = w->q.scale_cols;
+    p.tile = w->dtype == FP4RL_DTYPE_MXFP4 ? w->q.tile : 0;
+    p.lda = FP4RL_FP8_SCALE_LD(M);
+    p.chunks = (int)((K + KC - 1) / KC);
+    const int rblocks = (int)((N + ROWS - 1) / ROWS), mchunks = (int)((M + MCHUNK - 1) / MCHUNK);
+    /* about two CTAs a multiprocessor (each keeps 3 x 8 KB of weights in flight); every slice
+     * keeps at least 2 chunks so the ring has work to overlap */
+    int want = slices;
+    if (want <= 0) {
+        want = (2 * cu->sm_count + rblocks * mchunks - 1) / (rblocks * mchunks);
+        if (want > p.chunks / 2) want = p.chunks / 2;
+        if (want > 32) want = 32;
+    }
+    if (want < 1) want = 1;
+    if (want > p.chunks) want = p.chunks;
+    p.chunks_per_slice = (p.chunks + want - 1) / want;
+    p.slices = (p.chunks + p.chunks_per_slice - 1) / p.chunks_per_slice;
+    p.ws = NULL;
+    p.counters = cu->counters;
+    void *ws = NULL;
+    if (p.slices > 1) {
+        st = fp4rl_cuda_split_counters(ctx, (size_t)rblocks * mchunks, &p.counters);
+        if (!st) st = fp4rl_cuda_alloc_bytes(ctx, &ws, (size_t)p.slices * M * N * sizeof(float));
+        if (st) return st;
+        p.ws = static_cast<float *>(ws);
+    }
+    const dim3 grid((unsigned)(rblocks * p.slices), (unsigned)mchunks);
+    cudaError_t e;
+    if (U == 64) e = c_bf16 ? d8_launch<64, uint16_t>(p, grid, cu->stream) : d8_launch<64, float>(p, grid, cu->stream);
+    else e = c_bf16 ? d8_launch<32, uint16_t>(p, grid, cu->stream) : d8_launch<32, float>(p, grid, cu->stream);
+    st = e != cudaSuccess ? fp4rl_cuda_fail(ctx, e, "d8_gemm: shared memory attribute") : fp4rl_cuda_check_launch(ctx, "d8_gemm");
+    fp4rl_cuda_free_bytes(ctx, ws); /* stream order keeps the block's next user after this kernel */
+    return st;
+}
+
+fp4rl_status fp4rl_cuda_act_e4m3(fp4rl_context *ctx, uint8_t *out, float *scales, const float *x, int64_t N, int64_t K, int fmt,
+                                 int truncation_free, int resq, unsigned long long *counts)
+{
+    if (!ctx || !out || !scales || !x) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "act_e4m3: NULL context, input or output pointer");
+    if (fmt != FP4RL_DTYPE_HIF4 && fmt != FP4RL_DTYPE_MXFP4)
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "act_e4m3: format %d is not HiF4 or MXFP4", fmt);
+    if (resq != FP4RL_RESQ_OFF && resq != FP4RL_RESQ_DENSE && resq != FP4RL_RESQ_2_4)
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "act_e4m3: ResQ mode %d (only off, dense, 2:4)", resq);
+    if (N < 1 || K < 1 || N >= (1LL << 30) || K >= (1LL << 31))
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "act_e4m3: N = %lld, K = %lld out of range", (long long)N, (long long)K);
+    if (((uintptr_t)out & 7) || ((uintptr_t)scales & 3) || ((uintptr_t)x & 3))
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "act_e4m3: misaligned pointers (out 8 bytes, x and scales 4)");
+    if ((K % 8) == 0 && ((uintptr_t)x & 15)) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "act_e4m3: x must be 16-byte aligned");
+    fp4rl_status st = fp4rl_cuda_enter(ctx);
+    if (st) return st;
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    const int BS = fmt == FP4RL_DTYPE_HIF4 ? 64 : 32;
+    const int64_t rows = (resq == FP4RL_RESQ_OFF ? 1 : 2) * N, ld = FP4RL_FP8_SCALE_LD(rows), units = (K + BS - 1) / BS;
+    if (ld > rows) { /* the layout's padding rows are zeros, as the pre-pass writes them */
+        const cudaError_t e = cudaMemset2DAsync(scales + rows, (size_t)ld * 4, 0, (size_t)(ld - rows) * 4, (size_t)units, cu->stream);
+        if (e != cudaSuccess) return fp4rl_cuda_fail(ctx, e, "act_e4m3: scale padding");
+    }
+    const int64_t threads = N * units * (BS / 8);
+    const unsigned grid = (unsigned)((threads + 255) / 256);
+    if (BS == 64) act_e4m3_k<64><<<grid, 256, 0, cu->stream>>>(out, scales, counts, x, N, K, truncation_free, resq, ld);
+    else act_e4m3_k<32><<<grid, 256, 0, cu->stream>>>(out, scales, counts, x, N, K, truncation_free, resq, ld);
+    return fp4rl_cuda_check_launch(ctx, "act_e4m3");
+}
