@@ -20,7 +20,11 @@
 #ifndef FP4RL_CUDA_DECODE_FP8_H
 #define FP4RL_CUDA_DECODE_FP8_H
 
+#ifdef __cplusplus
 #include "cuda_internal.h"
+#else
+#include "runtime/internal.h" /* C callers (the tests): the declarations only */
+#endif
 
 #define FP4RL_D8_MAX_M 256
 

@@ -22,7 +22,11 @@
 #ifndef FP4RL_CUDA_GEMM_FP8_H
 #define FP4RL_CUDA_GEMM_FP8_H
 
+#ifdef __cplusplus
 #include "cuda_internal.h"
+#else
+#include "runtime/internal.h" /* C callers (the tests): the declarations only */
+#endif
 
 /* The unit-scale layout (its one owner; the pre-pass writes it, every kernel reads it): unit-major,
  * [K / U][ld] floats with ld = FP4RL_FP8_SCALE_LD(rows), rows rounded up to a multiple of 128:
