@@ -35,6 +35,12 @@
  *                                    (fp4rl_cuda_fp8_gemm_tc: the wgmma kernel where its gate holds,
  *                                    named in the `kernel` column) and the mma.sync kernel alone
  *                                    (fp4rl_cuda_fp8_gemm_mma), not the slow reference.
+ *   fp4rl_bench [reps] d8            sections 1 and 8: the W4A4 decode GEMM on the FP8 tensor cores
+ *                                    (cuda/decode_fp8.h, HiF4 and MXFP4 weights read packed, E4M3
+ *                                    activations from fp4rl_cuda_act_e4m3) vs cuBLASLt BF16 at
+ *                                    N = K = 8192 and the 3B shapes, M in {1, 16, 64, 128, 256}:
+ *                                    time (auto split-K and one slice), speed-up, weight bytes per
+ *                                    second as a share of the copy bandwidth; weights rotated out of L2
  *   fp4rl_bench [reps] dgprof F M    only 3 + reps launches of the packed kernel, format F
  *                                    (mxfp4 / nvfp4 / hif4), M rows, N = K = 8192 (for ncu)
  *   fp4rl_bench [reps] attn          sections 1 and 7: the decode attention (attention_rows) at the
@@ -55,6 +61,7 @@
 
 #include "backend/ops.h"
 #include "cuda_internal.h"
+#include "decode_fp8.h"
 #include "decode_packed.h"
 #include "gemm_fp8.h"
 #include "format/formats.h"
@@ -489,6 +496,79 @@ static void attn_section(double copy_bw)
     printf("\n");
 }
 
+/* ---- 8. the W4A4 decode GEMM (cuda/decode_fp8.h) ---- */
+static void d8_section(double copy_bw, double l2)
+{
+    struct Shape {
+        const char *name;
+        int64_t N, K;
+    };
+    const Shape shapes[] = {{"8192 x 8192", 8192, 8192}, {"3B o", 2048, 2048}, {"3B k/v", 256, 2048},
+                            {"3B gate/up", 11008, 2048}, {"3B down", 2048, 11008}};
+    const int64_t Ms[] = {1, 16, 64, 128, 256};
+    const fp4rl_dtype fmts[2] = {FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP4};
+    printf("\n## W4A4 decode GEMM on the FP8 tensor cores (cuda/decode_fp8.h) vs cuBLASLt BF16, FP32 output, weights rotated out of L2\n\n");
+    printf("x = cuBLASLt BF16 time / d8 time (auto split-K); 1s = one K slice (bit-exact mode); %%copy = weight bytes (codes + scales) per "
+           "second / copy bandwidth (%.0f GB/s). The activation quantizer (act_e4m3) is not timed.\n\n", copy_bw);
+    printf("| shape (N x K) | M | BF16 us | %%copy | hif4 us | x | %%copy | hif4 1s us | mxfp4 us | x | %%copy | mxfp4 1s us |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const Shape &sh : shapes) {
+        const int64_t N = sh.N, K = sh.K;
+        const double bf_bytes = (double)N * K * 2;
+        std::vector<fp4rl_tensor *> wb;
+        for (int i = 0, nb = rotation(bf_bytes, l2, 32); i < nb; i++) wb.push_back(random_bf16(N, K, 100 + i));
+        std::vector<fp4rl_tensor *> wq[2];
+        double qbytes[2];
+        for (int f = 0; f < 2; f++) {
+            fp4rl_quant_policy *p = policy(fmts[f], 0, 0);
+            qbytes[f] = (double)N * K / 2 + (double)N * K / (f == 0 ? 16 : 32); /* codes + words / scale bytes */
+            for (int i = 0, nq = rotation(qbytes[f], l2, 64); i < nq; i++) {
+                fp4rl_tensor *q;
+                CK(fp4rl_quantize(&q, ctx, wb[i % wb.size()], fmts[f], p, FP4RL_ROLE_WEIGHT));
+                wq[f].push_back(q);
+            }
+            fp4rl_quant_policy_destroy(p);
+        }
+        const int64_t dy[2] = {256, N};
+        fp4rl_tensor *y;
+        CK(fp4rl_tensor_zeros(&y, ctx, FP4RL_DTYPE_F32, 2, dy));
+        float *yp = static_cast<float *>(y->data);
+        for (int64_t M : Ms) {
+            fp4rl_tensor *x = random_bf16(M, 2 * K, 7); /* the BF16 GEMM's operand (its first K columns) */
+            const double base = lt_ms(M, N, K, x, wb, yp);
+            printf("| %s (%lld x %lld) | %lld | %.1f | %.0f%% |", sh.name, (long long)N, (long long)K, (long long)M, base * 1e3,
+                   100.0 * bf_bytes / (base * 1e-3) / 1e9 / copy_bw);
+            /* the E4M3 activation operand of each format, from F32 activations */
+            std::vector<float> xh((size_t)(M * K));
+            for (size_t i = 0; i < xh.size(); i++) xh[i] = (float)((int)(i * 2654435761u % 2001u) - 1000) * 1e-3f;
+            float *xd;
+            CU(cudaMalloc(&xd, xh.size() * 4));
+            CU(cudaMemcpy(xd, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice));
+            for (int f = 0; f < 2; f++) {
+                const int U = f == 0 ? 64 : 32;
+                uint8_t *a8;
+                float *sa;
+                CU(cudaMalloc(&a8, (size_t)(M * K)));
+                CU(cudaMalloc(&sa, fp4rl_cuda_fp8_scales_bytes(M, K, U)));
+                CK(fp4rl_cuda_act_e4m3(ctx, a8, sa, xd, M, K, fmts[f], 1, FP4RL_RESQ_OFF, NULL));
+                const double ms = time_ms([&](int i) { CK(fp4rl_cuda_d8_gemm(ctx, a8, sa, M, wq[f][i % wq[f].size()], yp, 0, N, 0)); });
+                const double ms1 = time_ms([&](int i) { CK(fp4rl_cuda_d8_gemm(ctx, a8, sa, M, wq[f][i % wq[f].size()], yp, 0, N, 1)); });
+                printf(" %.1f | %.2f | %.0f%% | %.1f |", ms * 1e3, base / ms, 100.0 * qbytes[f] / (ms * 1e-3) / 1e9 / copy_bw, ms1 * 1e3);
+                CU(cudaFree(a8));
+                CU(cudaFree(sa));
+            }
+            printf("\n");
+            fflush(stdout);
+            CU(cudaFree(xd));
+            fp4rl_tensor_destroy(x);
+        }
+        fp4rl_tensor_destroy(y);
+        for (auto *t : wb) fp4rl_tensor_destroy(t);
+        for (int f = 0; f < 2; f++)
+            for (auto *t : wq[f]) fp4rl_tensor_destroy(t);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) reps = atoi(argv[1]) > 0 ? atoi(argv[1]) : reps;
@@ -520,6 +600,11 @@ int main(int argc, char **argv)
         const fp4rl_dtype f = strcmp(argv[3], "mxfp4") == 0 ? FP4RL_DTYPE_MXFP4 : strcmp(argv[3], "nvfp4") == 0 ? FP4RL_DTYPE_NVFP4
                                                                                                               : FP4RL_DTYPE_HIF4;
         dg_profile(f, atoll(argv[4]));
+        fp4rl_context_destroy(ctx);
+        return 0;
+    }
+    if (argc > 2 && strcmp(argv[2], "d8") == 0) {
+        d8_section(copy_bandwidth(), prop.l2CacheSize);
         fp4rl_context_destroy(ctx);
         return 0;
     }
