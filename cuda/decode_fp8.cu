@@ -486,15 +486,16 @@ __global__ void __launch_bounds__(256) act_e4m3_k(uint8_t *out, float *scales, u
         for (int j = 0; j < 8; j++) r[j] = xv[j] - y[j];
         quant_group<BS>(r, h, truncation_free, o, yr, scale);
         if (resq == FP4RL_RESQ_2_4) {
-            /* rollout_act masks the dequantized residual; an element the mask drops (nonzero
-             * before, zero after) is written as the byte 0x00, the unit keeps its scale */
+            /* rollout_act masks the dequantized residual; an element the mask drops (its bits
+             * changed: the mask writes +0, so a dropped -0 counts too) is written as the byte
+             * 0x00, the unit keeps its scale */
             float m[8];
 #pragma unroll
             for (int j = 0; j < 8; j++) m[j] = yr[j];
             fp4rl_mask_2_4_group(m, 4), fp4rl_mask_2_4_group(m + 4, 4);
 #pragma unroll
             for (int j = 0; j < 8; j++)
-                if (m[j] == 0.0f && yr[j] != 0.0f) o[j] = 0;
+                if (fp4rl_f32_bits(m[j]) != fp4rl_f32_bits(yr[j])) o[j] = 0;
         }
         if (row) {
             store8(out + (N + n) * Kp + k0, o);

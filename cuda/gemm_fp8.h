@@ -27,14 +27,10 @@
 #else
 #include "runtime/internal.h" /* C callers (the tests): the declarations only */
 #endif
+#include "format/layout.h" /* FP4RL_FP8_SCALE_LD */
 
-/* The unit-scale layout (its one owner; the pre-pass writes it, every kernel reads it): unit-major,
- * [K / U][ld] floats with ld = FP4RL_FP8_SCALE_LD(rows), rows rounded up to a multiple of 128:
- * the scale of row r, unit u is at scales[u * ld + r], so one unit's scales of consecutive rows are
- * contiguous (the wgmma producer fetches a tile's 128 rows of a unit as one 512-byte bulk copy,
- * 16-byte aligned, never past the buffer). Rows rows .. ld - 1 are padding, written as zeros by
- * the pre-pass. The buffer takes fp4rl_cuda_fp8_scales_bytes(rows, K, U) bytes, 16-byte aligned. */
-#define FP4RL_FP8_SCALE_LD(rows) ((((rows) + 127) / 128) * 128)
+/* The unit-scale layout: FP4RL_FP8_SCALE_LD (format/layout.h, its one owner, which the CPU's W4A4
+ * ops share). The buffer takes fp4rl_cuda_fp8_scales_bytes(rows, K, U) bytes, 16-byte aligned. */
 static inline size_t fp4rl_cuda_fp8_scales_bytes(int64_t rows, int64_t K, int U) { return (size_t)((K / U) * FP4RL_FP8_SCALE_LD(rows)) * 4; }
 
 #ifdef __cplusplus

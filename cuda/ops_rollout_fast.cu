@@ -3,9 +3,13 @@
  * operand in one kernel (quantize-dequantize, underflow counts, Rollout-ResQ residual, its fresh
  * quantization and 2:4 mask, BF16 packing), and BF16 packing of the rollout weights. The block
  * arithmetic is that of qdq_block.h (the CPU op's), spread over the lanes of a warp.
- * (linear_forward_bf16 lives in ops_linear.cu, next to the FP32 layer.)
+ * (linear_forward_bf16 lives in ops_linear.cu, next to the FP32 layer.) The W4A4 decode pair,
+ * rollout_act8 and linear_forward_w4, wraps decode_fp8.h's quantizer and d8 GEMM.
  */
+#include <stdlib.h>
+
 #include "backend/halves.h"
+#include "decode_fp8.h"
 #include "format/formats.h"
 #include "format/layout.h"
 #include "format/qdq_block.h"
@@ -424,4 +428,40 @@ fp4rl_status fp4rl_cuda_pack_bf16(fp4rl_context *ctx, uint16_t *dst, int64_t ld,
         pack_bf16_k<<<ew_grid(n), 256, 0, s>>>(dst, ld, src, rows, cols);
     }
     return fp4rl_cuda_check_launch(ctx, "pack_bf16");
+}
+
+/* ---- the W4A4 decode pair (decode_fp8.h) ---- */
+static_assert(FP4RL_W4_MAX_ROWS == FP4RL_D8_MAX_M, "linear_forward_w4's row limit is the d8 kernel's");
+
+namespace {
+/* y += b per column: the bias after the GEMM, y = gemm + b as the CPU adds it */
+__global__ void add_bias_k(float *y, const float *b, int64_t N, int64_t OUT)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * OUT; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __fadd_rn(y[i], b[i % OUT]);
+}
+} // namespace
+
+fp4rl_status fp4rl_cuda_rollout_act8(fp4rl_context *ctx, uint8_t *out, float *scales, unsigned long long *counts, const float *x,
+                                     int64_t N, int64_t K, int fmt, int truncation_free, int resq)
+{
+    return fp4rl_cuda_act_e4m3(ctx, out, scales, x, N, K, fmt, truncation_free, resq, counts); /* FP4RL_QDQ_* is the dtype */
+}
+
+fp4rl_status fp4rl_cuda_linear_forward_w4(fp4rl_context *ctx, float *y, const uint8_t *a8, const float *sa, const fp4rl_tensor *w,
+                                          const float *b, int64_t N, int64_t K, int64_t OUT)
+{
+    if (w->q.rows != OUT || w->q.cols != K)
+        return fp4rl_fail(FP4RL_ERR_SHAPE, "linear_forward_w4: the weight is [%lld, %lld], the layer [%lld, %lld]", (long long)w->q.rows,
+                          (long long)w->q.cols, (long long)OUT, (long long)K);
+    /* FP4RL_D8_SLICES=<n>: n K slices (1: the CPU's bits); unset: the kernel's own choice (split-K
+     * where the weight's row blocks alone would leave the GPU idle), fixed per shape */
+    const char *env = getenv("FP4RL_D8_SLICES");
+    const int slices = env && *env ? atoi(env) : 0;
+    fp4rl_status st = fp4rl_cuda_d8_gemm(ctx, a8, sa, N, w, y, 0, OUT, slices);
+    if (st || !b) return st;
+    cudaStream_t s;
+    if ((st = fp4rl_cuda_op_begin(ctx, &s))) return st;
+    add_bias_k<<<ew_grid(N * OUT), 256, 0, s>>>(y, b, N, OUT);
+    return fp4rl_cuda_check_launch(ctx, "linear_forward_w4 (bias)");
 }

@@ -296,7 +296,7 @@ static void act_case(fp4rl_dtype fmt, int tf, int resq, int64_t N, int64_t K, in
                     memcpy(m, g, sizeof m);
                     fp4rl_mask_2_4_group(m, 4);
                     for (int j = 0; j < 4 && k0 + j < K; j++)
-                        if (m[j] == 0.0f && g[j] != 0.0f) oh[(N + n) * Kp + k0 + j] = 0;
+                        if (fp4rl_f32_bits(m[j]) != fp4rl_f32_bits(g[j])) oh[(N + n) * Kp + k0 + j] = 0; /* dropped, -0 too */
                 }
             fp4rl_tensor_destroy(dr);
         }

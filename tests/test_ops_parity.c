@@ -9,6 +9,7 @@
  * results (sampled tokens, ResQ masks, counts) must be equal.
  * Label `gpu`: exits 77 (skipped) when no CUDA context can be created.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include "model/model.h"
 #include "check_run.h"
 #include "backend/ops.h"
+#include "format/layout.h"
 #include "format/qdq_block.h"
 
 #include "fixtures_path.h"
@@ -1012,6 +1014,101 @@ START_TEST(test_rollout_fused_ops)
 }
 END_TEST
 
+/* The W4A4 decode pair: rollout_act8's bytes, scales (the layout's padding included) and counts
+ * memcmp-equal to the CPU's (HiF4 / MXFP4, ResQ off / dense / 2:4, ragged K, a NaN); then
+ * linear_forward_w4 on weights quantized on each context (1D and tiles) bit for bit the CPU's with
+ * FP4RL_D8_SLICES=1 (one K slice: the reference's promotion order), and with the kernel's own split
+ * within GEMM tolerance, for 1, 37, 74 (ResQ's 2N) and 256 rows, with and without bias. */
+static fp4rl_tensor *quant_on(fp4rl_context *c, const float *w, int64_t R, int64_t K, fp4rl_dtype fmt, int tile)
+{
+    fp4rl_quant_policy *p;
+    OKG(fp4rl_quant_policy_create(&p));
+    OKG(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_WEIGHT, fmt));
+    OKG(fp4rl_quant_policy_set(p, FP4RL_QP_TILE_WEIGHT, tile));
+    const int64_t shape[2] = {R, K};
+    fp4rl_tensor *t, *q;
+    OKG(fp4rl_tensor_from_host(&t, c, FP4RL_DTYPE_F32, 2, shape, w));
+    OKG(fp4rl_quantize(&q, c, t, fmt, p, FP4RL_ROLE_WEIGHT));
+    fp4rl_tensor_destroy(t);
+    fp4rl_quant_policy_destroy(p);
+    return q;
+}
+
+START_TEST(test_w4_ops)
+{
+    const int fmts[2] = {FP4RL_QDQ_HIF4, FP4RL_QDQ_MXFP4};
+    for (int kk = 0; kk < 2; kk++) {
+        const int64_t N = 37, K = kk ? 200 : 256;
+        float *x = rnd(N * K, 2);
+        for (int64_t i = 0; i < N * K; i += 9) x[i] *= 1e-3f;
+        x[N * K / 2] = NAN;
+        float *dx = upf(x, N * K);
+        for (int f = 0; f < 2; f++)
+            for (int resq = FP4RL_RESQ_OFF; resq <= FP4RL_RESQ_2_4; resq++) {
+                const int64_t U = fp4rl_qdq_block_size(fmts[f]), Kp = (K + U - 1) / U * U, rows = (resq ? 2 : 1) * N;
+                const size_t eb = (size_t)(rows * Kp), sb = (size_t)((Kp / U) * FP4RL_FP8_SCALE_LD(rows)) * 4;
+                uint8_t *ec = malloc(eb);
+                float *sc = malloc(sb);
+                unsigned long long cc[2] = {0, 0}, *cg, *dc = up(cc, sizeof cc);
+                void *de = NULL, *ds = NULL;
+                ck_assert_int_eq(gpu->be->alloc(gpu, &de, eb), FP4RL_OK);
+                ck_assert_int_eq(gpu->be->alloc(gpu, &ds, sb), FP4RL_OK);
+                OKG(C->rollout_act8(cpu, ec, sc, cc, x, N, K, fmts[f], f, resq));
+                OKG(G->rollout_act8(gpu, de, ds, dc, dx, N, K, fmts[f], f, resq));
+                uint8_t *eg = down(de, eb);
+                float *sg = down(ds, sb);
+                cg = down(dc, sizeof cc);
+                printf("  rollout_act8 fmt %d resq %d K %lld: bytes %s, scales %s, counts cpu %llu/%llu gpu %llu/%llu\n", fmts[f], resq,
+                       (long long)K, memcmp(eg, ec, eb) ? "DIFFER" : "equal", memcmp(sg, sc, sb) ? "DIFFER" : "equal", cc[0], cc[1], cg[0], cg[1]);
+                ck_assert(!memcmp(eg, ec, eb) && !memcmp(sg, sc, sb));
+                ck_assert(cg[0] == cc[0] && cg[1] == cc[1]);
+                free(ec), free(sc), free(eg), free(sg), free(cg);
+                dfree(de), dfree(ds), dfree(dc);
+            }
+        free(x);
+        dfree(dx);
+    }
+    const int64_t K = 256, OUT = 200, MS[4] = {1, 37, 74, 256};
+    const fp4rl_dtype wf[4] = {FP4RL_DTYPE_HIF4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_MXFP4};
+    const int tiles[4] = {0, 64, 0, 32};
+    float *w = rnd(OUT * K, 0.3f), *b = rnd(OUT, 1), *db = upf(b, OUT);
+    for (int c = 0; c < 4; c++) {
+        fp4rl_tensor *qc = quant_on(cpu, w, OUT, K, wf[c], tiles[c]), *qg = quant_on(gpu, w, OUT, K, wf[c], tiles[c]);
+        for (int mi = 0; mi < 4; mi++) {
+            const int64_t M = MS[mi], U = wf[c] == FP4RL_DTYPE_HIF4 ? 64 : 32;
+            const size_t eb = (size_t)(M * K), sb = (size_t)((K / U) * FP4RL_FP8_SCALE_LD(M)) * 4;
+            float *x = rnd(M * K, 1), *dx = upf(x, M * K), *sa = malloc(sb), *y = malloc((size_t)(M * OUT) * 4), *dy = NULL;
+            uint8_t *a8 = malloc(eb);
+            void *da8 = NULL, *dsa = NULL;
+            ck_assert_int_eq(gpu->be->alloc(gpu, &da8, eb), FP4RL_OK);
+            ck_assert_int_eq(gpu->be->alloc(gpu, &dsa, sb), FP4RL_OK);
+            ck_assert_int_eq(gpu->be->alloc(gpu, (void **)&dy, (size_t)(M * OUT) * 4), FP4RL_OK);
+            OKG(C->rollout_act8(cpu, a8, sa, NULL, x, M, K, (int)wf[c], 0, FP4RL_RESQ_OFF));
+            OKG(G->rollout_act8(gpu, da8, dsa, NULL, dx, M, K, (int)wf[c], 0, FP4RL_RESQ_OFF));
+            for (int with_b = 0; with_b < 2; with_b++) {
+                OKG(C->linear_forward_w4(cpu, y, a8, sa, qc, with_b ? b : NULL, M, K, OUT));
+                setenv("FP4RL_D8_SLICES", "1", 1);
+                OKG(G->linear_forward_w4(gpu, dy, da8, dsa, qg, with_b ? db : NULL, M, K, OUT));
+                float *g = down(dy, (size_t)(M * OUT) * 4);
+                ck_assert_msg(!memcmp(g, y, (size_t)(M * OUT) * 4), "linear_forward_w4 (%s tile %d, M %lld, bias %d): one slice differs from the CPU",
+                              fp4rl_dtype_name(wf[c]), tiles[c], (long long)M, with_b);
+                free(g);
+                unsetenv("FP4RL_D8_SLICES");
+                OKG(G->linear_forward_w4(gpu, dy, da8, dsa, qg, with_b ? db : NULL, M, K, OUT));
+                cmp("linear_forward_w4 (auto split)", dy, y, M * OUT, 1e-5);
+            }
+            free(x), free(sa), free(y), free(a8);
+            dfree(dx), dfree(dy), dfree(da8), dfree(dsa);
+        }
+        printf("  linear_forward_w4 %s tile %d: one slice bit for bit the CPU\n", fp4rl_dtype_name(wf[c]), tiles[c]);
+        fp4rl_tensor_destroy(qc);
+        fp4rl_tensor_destroy(qg);
+    }
+    free(w), free(b);
+    dfree(db);
+}
+END_TEST
+
 /* ---- end to end ---- */
 static char *read_text(const char *path)
 {
@@ -1162,6 +1259,7 @@ int main(void)
     tcase_add_test(tc, test_rollout_ops);
     tcase_add_test(tc, test_top_p_ops);
     tcase_add_test(tc, test_rollout_fused_ops);
+    tcase_add_test(tc, test_w4_ops);
     tcase_add_test(tc, test_fused_ops_halves);
     tcase_add_test(tc, test_model_fp32);
     tcase_add_test(tc, test_rl_step);

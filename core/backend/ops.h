@@ -37,6 +37,10 @@
 extern "C" {
 #endif
 
+/* linear_forward_w4's rows at most: the d8 kernel's M (cuda/decode_fp8.h FP4RL_D8_MAX_M; cuda/ops_rollout_fast.cu
+ * static-asserts the two equal); the rollout takes its W4A4 path on decode steps within it. */
+#define FP4RL_W4_MAX_ROWS 256
+
 /* The numerics of an attention op (see attention_forward). */
 typedef enum fp4rl_att_numerics { FP4RL_ATT_FP32 = 0, FP4RL_ATT_BF16 = 1 } fp4rl_att_numerics;
 

@@ -256,6 +256,31 @@ FP4RL_OP(fp4rl_status, nucleus_logprobs_backward, (fp4rl_context *ctx, float *dl
  * integer sums, exact and order-free. */
 FP4RL_OP(fp4rl_status, rollout_act, (fp4rl_context *ctx, uint16_t *out, unsigned long long *counts, const float *x,
          int64_t N, int64_t K, int fmt, int truncation_free, int resq))
+/* The W4A4 decode path of the fused linear (issue 16): rollout_act's quantization written as the
+ * FP8 GEMM operand instead of BF16 words. fmt FP4RL_QDQ_HIF4 or _MXFP4 (anything else, and resq
+ * other than OFF / DENSE / 2_4: FP4RL_ERR_UNSUPPORTED), nearest, 1D blocks along K; rows = N, or 2N
+ * with ResQ (the same row blocks as rollout_act); Kp = K rounded up to the unit U (HiF4 64, MXFP4
+ * 32). out [rows, Kp] E4M3 bytes, scales the unit scales in format/layout.h's FP4RL_FP8_SCALE_LD(rows)
+ * layout (padding bytes and padding rows 0), and for every element e4m3(byte) * scale equals
+ * rollout_act's value exactly (the bytes and scales fp4rl_qdq_block_e4m3 gives; a dropped 2:4
+ * residual element is the byte 0 in a unit that keeps its scale), except in a NaN unit: bytes 0 and
+ * the scale NaN, where rollout_act's 2:4 mask has zeroed some of the NaNs (any GEMM output reading
+ * the unit is NaN either way). counts as rollout_act's. out 16-byte aligned, x 16 (K % 8 == 0) or 4. */
+FP4RL_OP(fp4rl_status, rollout_act8, (fp4rl_context *ctx, uint8_t *out, float *scales, unsigned long long *counts, const float *x,
+         int64_t N, int64_t K, int fmt, int truncation_free, int resq))
+/* y [N, OUT] = A8 W^T (+ b): a8 [N, K] E4M3 bytes with unit scales sa (rollout_act8's operand), w the
+ * packed quantized weight [OUT, K], HiF4 (1D or 64 x 64 tiles) or MXFP4 (1D or 32 x 32 tiles), of
+ * the same unit as a8; K % U == 0, 1 <= N <= FP4RL_W4_MAX_ROWS (ops.h); else FP4RL_ERR_UNSUPPORTED.
+ * The math (gemm_fp8.h): per output and unit u an exact partial sum p_u of the E4M3 products, then
+ * acc = acc + p_u * (sa_u * sw_u) in K order from acc = 0, each of the three operations one IEEE
+ * rounding (no fma), and y = acc, or acc + b[o] (one more rounding) with a bias. The CUDA backend
+ * may split K into S slices of whole 128-k chunks (the d8 kernel's split-K: cuda/decode_fp8.h),
+ * each promoted as above from 0 and the slice sums added in slice order; FP4RL_D8_SLICES=<n> forces
+ * n slices there, 1 being the reference's bits; unset, S is chosen from the shape and the device,
+ * deterministically (graph replays are bitwise the eager step), within gemm_fp8.h's bound plus one
+ * rounding a slice. */
+FP4RL_OP(fp4rl_status, linear_forward_w4, (fp4rl_context *ctx, float *y, const uint8_t *a8, const float *sa, const fp4rl_tensor *w,
+         const float *b, int64_t N, int64_t K, int64_t OUT))
 /* The training GEMMs' FP4 operand in one pass: dst [rows, cols] = the BF16 bits of
  * dequantize(quantize(src)) in round-trip format fmt (FP4RL_QDQ_*, values exactly BF16), 1D
  * blocks along the last dim or, with along_rows, down the columns (block b of column c: rows

@@ -37,6 +37,16 @@ FP4RL_HD void fp4rl_code_put(uint8_t *codes, int64_t row_bytes, int code_bits, i
  * in a padding nibble. */
 FP4RL_HD int64_t fp4rl_code_row_bytes(int code_bits, int64_t cols) { return (cols * code_bits + 7) / 8; }
 
+/* ---- the FP8-operand unit scales (the W4A4 GEMMs: cuda/gemm_fp8.h, cuda/decode_fp8.h, the ops
+ * rollout_act8 and linear_forward_w4) ------------------------------------------------------------
+ * An operand [rows, K] of E4M3 bytes has one FP32 scale per unit (HiF4: base / 4, U = 64; MXFP4:
+ * 2^e / 2, U = 32), stored unit-major as [K / U][ld] floats with ld = FP4RL_FP8_SCALE_LD(rows), rows
+ * rounded up to a multiple of 128: the scale of row r, unit u is at scales[u * ld + r], so one
+ * unit's scales of consecutive rows are contiguous (the wgmma producer fetches a tile's 128 rows of
+ * a unit as one 512-byte bulk copy, 16-byte aligned, never past the buffer). Rows rows .. ld - 1
+ * are padding, written as zeros by whoever writes the operand. */
+#define FP4RL_FP8_SCALE_LD(rows) ((((rows) + 127) / 128) * 128)
+
 /* ---- MX / NVFP4 scales ----------------------------------------------------------------------- */
 /* Index of the scale byte of element (r, c): per 1D block of `block` elements (tile 0) or per
  * tile x tile tile. */
