@@ -7,8 +7,14 @@
  *     zeros, underflowing values, NaN and Inf; its counts equal the underflow_count op's;
  *   - linear_forward_bf16 equals the FP32 layer on the widened operands;
  *   - whole rollouts with the fused path equal the generic path's (same act_zero_frac exactly,
- *     the same completions, log mu within FP32 summation-order noise).
+ *     the same completions, log mu within FP32 summation-order noise);
+ *   - the W4A4 decode pair (rollout_act8, linear_forward_w4): e4m3(byte) * scale is rollout_act's
+ *     value for every element (counts equal), the GEMM equals the BF16 one on the dequantized
+ *     operands within FP32 summation noise, its bias is one addition, bad shapes are refused; and
+ *     rollouts forced onto it (FP4RL_ROLLOUT_W4=1: HiF4 1D and 64-row tiles, ResQ 2:4 / dense, MXFP4)
+ *     against the BF16 fused path (first-step log mu within summation noise).
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "check_run.h"
 #include <check.h>
 #include <math.h>
@@ -18,6 +24,7 @@
 
 #include "format/formats.h"
 #include "backend/ops.h"
+#include "format/layout.h"
 #include "format/qdq_block.h"
 #include "rl/rollout.h"
 
@@ -224,6 +231,124 @@ START_TEST(test_linear_bf16)
 }
 END_TEST
 
+/* ---- the W4A4 decode pair ---- */
+START_TEST(test_act8_matches_act)
+{
+    const int qfmt[2] = {FP4RL_QDQ_HIF4, FP4RL_QDQ_MXFP4};
+    const int64_t shapes[3][2] = {{6, 199}, {3, 64}, {2, 7}};
+    for (int si = 0; si < 3; si++) {
+        const int64_t N = shapes[si][0], K = shapes[si][1];
+        float *x = activations(N, K);
+        for (int f = 0; f < 2; f++)
+            for (int tf = 0; tf < 2; tf++)
+                for (int resq = FP4RL_RESQ_OFF; resq <= FP4RL_RESQ_2_4; resq++) {
+                    const int64_t U = fp4rl_qdq_block_size(qfmt[f]), Kp = (K + U - 1) / U * U, rows = (resq ? 2 : 1) * N;
+                    const int64_t ld = FP4RL_FP8_SCALE_LD(rows);
+                    uint16_t *ref = malloc((size_t)(rows * K) * 2);
+                    uint8_t *e = malloc((size_t)(rows * Kp));
+                    float *sc = malloc((size_t)((Kp / U) * ld) * 4);
+                    memset(e, 0xEE, (size_t)(rows * Kp));
+                    memset(sc, 0xEE, (size_t)((Kp / U) * ld) * 4);
+                    unsigned long long c8[2] = {1, 2}, c16[2] = {1, 2};
+                    OK(fp4rl_cpu_ops.rollout_act(ctx, ref, c16, x, N, K, qfmt[f], tf, resq));
+                    OK(fp4rl_cpu_ops.rollout_act8(ctx, e, sc, c8, x, N, K, qfmt[f], tf, resq));
+                    ck_assert(c8[0] == c16[0] && c8[1] == c16[1]);
+                    for (int64_t r = 0; r < rows; r++)
+                        for (int64_t k = 0; k < Kp; k++) {
+                            if (k >= K) {
+                                ck_assert_uint_eq(e[r * Kp + k], 0); /* padding */
+                                continue;
+                            }
+                            if (isnan(sc[(k / U) * ld + r])) { /* a NaN unit: bytes 0 (rollout_act's 2:4 mask zeroes some of its NaNs) */
+                                ck_assert_uint_eq(e[r * Kp + k], 0);
+                                continue;
+                            }
+                            const float v = fp4rl_e4m3_decode(e[r * Kp + k]) * sc[(k / U) * ld + r];
+                            ck_assert_msg(same_bf16(ref[r * K + k], v), "act8 fmt %d tf %d resq %d (%lld x %lld): row %lld k %lld: %g * %g vs %g",
+                                          qfmt[f], tf, resq, (long long)N, (long long)K, (long long)r, (long long)k,
+                                          (double)fp4rl_e4m3_decode(e[r * Kp + k]), (double)sc[(k / U) * ld + r],
+                                          (double)fp4rl_bf16_to_f32(ref[r * K + k]));
+                        }
+                    for (int64_t u = 0; u < Kp / U; u++)
+                        for (int64_t r = rows; r < ld; r++) ck_assert(sc[u * ld + r] == 0.0f); /* the layout's padding rows */
+                    free(ref), free(e), free(sc);
+                }
+        free(x);
+    }
+    uint8_t e[64];
+    float sc[128], x1[64] = {1.0f};
+    ck_assert_int_eq(fp4rl_cpu_ops.rollout_act8(ctx, e, sc, NULL, x1, 1, 64, FP4RL_QDQ_MXFP8, 0, 0), FP4RL_ERR_UNSUPPORTED);
+    ck_assert_int_eq(fp4rl_cpu_ops.rollout_act8(ctx, e, sc, NULL, x1, 1, 64, FP4RL_QDQ_HIF4, 0, FP4RL_RESQ_CHANNEL_50), FP4RL_ERR_UNSUPPORTED);
+}
+END_TEST
+
+/* w [OUT, K] quantized on the CPU with the weight role's parameters (tile), and its dequantization */
+static fp4rl_tensor *quant_w(const float *w, int64_t OUT, int64_t K, fp4rl_dtype fmt, int tile, float *wd)
+{
+    fp4rl_quant_policy *p;
+    OK(fp4rl_quant_policy_create(&p));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_WEIGHT, fmt));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_TILE_WEIGHT, tile));
+    const int64_t shape[2] = {OUT, K};
+    fp4rl_tensor *t, *q, *d;
+    OK(fp4rl_tensor_from_host(&t, ctx, FP4RL_DTYPE_F32, 2, shape, w));
+    OK(fp4rl_quantize(&q, ctx, t, fmt, p, FP4RL_ROLE_WEIGHT));
+    OK(fp4rl_dequantize(&d, ctx, q, FP4RL_DTYPE_F32));
+    OK(fp4rl_tensor_to_host(d, wd, (size_t)(OUT * K) * sizeof(float)));
+    fp4rl_tensor_destroy(t);
+    fp4rl_tensor_destroy(d);
+    fp4rl_quant_policy_destroy(p);
+    return q;
+}
+
+START_TEST(test_linear_w4)
+{
+    const int64_t N = 7, K = 192, OUT = 70;
+    const fp4rl_dtype fmts[4] = {FP4RL_DTYPE_HIF4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_MXFP4};
+    const int tiles[4] = {0, 64, 0, 32};
+    for (int c = 0; c < 4; c++) {
+        const int qf = (int)fmts[c];
+        const int64_t U = fp4rl_qdq_block_size(qf), rows = 2 * N, ld = FP4RL_FP8_SCALE_LD(rows);
+        float *x = activations(N, K), *w = activations(OUT, K), *wd = malloc((size_t)(OUT * K) * 4);
+        for (int64_t i = 0; i < N * K; i++) x[i] = isfinite(x[i]) ? x[i] : 0.5f; /* the NaN unit: tested by act8 */
+        for (int64_t i = 0; i < OUT * K; i++) w[i] = isfinite(w[i]) ? w[i] : -0.5f;
+        fp4rl_tensor *q = quant_w(w, OUT, K, fmts[c], tiles[c], wd);
+        uint8_t *a8 = malloc((size_t)(rows * K));
+        float *sa = malloc((size_t)((K / U) * ld) * 4), b[70], *y = malloc((size_t)(rows * OUT) * 4), *yb = malloc((size_t)(rows * OUT) * 4);
+        float *yref = malloc((size_t)(rows * OUT) * 4);
+        for (int i = 0; i < OUT; i++) b[i] = 0.25f * (float)i - 3.0f;
+        uint16_t *xb = malloc((size_t)(rows * K) * 2), *wb = malloc((size_t)(OUT * K) * 2);
+        OK(fp4rl_cpu_ops.rollout_act8(ctx, a8, sa, NULL, x, N, K, qf, 0, FP4RL_RESQ_2_4));
+        OK(fp4rl_cpu_ops.rollout_act(ctx, xb, NULL, x, N, K, qf, 0, FP4RL_RESQ_2_4));
+        OK(fp4rl_cpu_ops.pack_bf16(ctx, wb, K, wd, OUT, K));
+        OK(fp4rl_cpu_ops.linear_forward_w4(ctx, y, a8, sa, q, NULL, rows, K, OUT));
+        OK(fp4rl_cpu_ops.linear_forward_w4(ctx, yb, a8, sa, q, b, rows, K, OUT));
+        OK(fp4rl_cpu_ops.linear_forward_bf16(ctx, yref, xb, wb, NULL, rows, K, OUT));
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < rows * OUT; i++) {
+            num = fmax(num, fabs((double)y[i] - yref[i]));
+            den = fmax(den, fabs((double)yref[i]));
+            const float want = y[i] + b[i % OUT];
+            ck_assert(memcmp(&yb[i], &want, 4) == 0); /* the bias: one FP32 addition after the GEMM */
+        }
+        printf("linear_forward_w4 %s tile %d: rel err vs the BF16 GEMM %.3g\n", fp4rl_dtype_name(fmts[c]), tiles[c], num / den);
+        ck_assert_msg(num <= 1e-6 * den, "linear_forward_w4: rel err %g", num / den);
+        /* refusals: too many rows, K not whole units, another shape */
+        ck_assert_int_eq(fp4rl_cpu_ops.linear_forward_w4(ctx, y, a8, sa, q, NULL, FP4RL_W4_MAX_ROWS + 1, K, OUT), FP4RL_ERR_UNSUPPORTED);
+        ck_assert_int_eq(fp4rl_cpu_ops.linear_forward_w4(ctx, y, a8, sa, q, NULL, rows, K, OUT - 1), FP4RL_ERR_SHAPE);
+        fp4rl_tensor_destroy(q);
+        free(x), free(w), free(wd), free(a8), free(sa), free(y), free(yb), free(yref), free(xb), free(wb);
+    }
+    float w[2 * 40], wd[2 * 40];
+    for (int i = 0; i < 80; i++) w[i] = (float)(i % 9) - 4.0f;
+    fp4rl_tensor *q = quant_w(w, 2, 40, FP4RL_DTYPE_MXFP4, 0, wd);
+    uint8_t a8[40] = {0};
+    float sa[256] = {0}, y[2];
+    ck_assert_int_eq(fp4rl_cpu_ops.linear_forward_w4(ctx, y, a8, sa, q, NULL, 1, 40, 2), FP4RL_ERR_UNSUPPORTED);
+    fp4rl_tensor_destroy(q);
+}
+END_TEST
+
 /* ---- whole rollouts, fused vs generic ---- */
 static const char *SMALL =
     "{\"model_type\": \"qwen2\", \"vocab_size\": 16, \"hidden_size\": 96, \"intermediate_size\": 160,"
@@ -378,6 +503,62 @@ START_TEST(test_rollout_fused_equals_generic)
 }
 END_TEST
 
+/* A model whose every K is whole HiF4 units and whose q / k / v, gate / up rows are multiples of 64
+ * (the W4A4 path's layouts, 64-row weight tiles included). */
+static const char *SMALL64 =
+    "{\"model_type\": \"qwen2\", \"vocab_size\": 16, \"hidden_size\": 128, \"intermediate_size\": 192,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"max_position_embeddings\": 32, \"tie_word_embeddings\": false}";
+
+/* The same rollout with FP4RL_ROLLOUT_W4=1 (every forward here has at most 2 x 9 operand rows, so
+ * prefill too runs the W4A4 GEMMs) and =0 (the BF16 fused path): the prefill's samples, the first
+ * token of each completion, are the same tokens with log mu within summation-order noise. */
+static void w4_pair(fp4rl_dtype fmt, fp4rl_resq resq, int tile)
+{
+    fp4rl_quant_policy *p;
+    OK(fp4rl_quant_policy_create(&p));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_WEIGHT, fmt));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_ACTIVATION, fmt));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_TILE_WEIGHT, tile));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_ROLLOUT_NUMERICS, FP4RL_NUMERICS_W4A4));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_RESQ, resq));
+    fp4rl_model *m;
+    OK(fp4rl_model_create(&m, ctx, SMALL64, p, 3));
+    const int32_t prompts[9] = {13, 4, 10, 7, 11, 13, 9, 9, 10};
+    const size_t off[3] = {0, 5, 9};
+    fp4rl_rollout_cfg cfg = {.group = 4, .max_new = 4, .temperature = 1.0f, .seed = 11};
+    fp4rl_rollout_result r4, rb;
+    setenv("FP4RL_ROLLOUT_W4", "1", 1);
+    OK(fp4rl_rollout_run(m, &cfg, prompts, off, 2, &r4));
+    setenv("FP4RL_ROLLOUT_W4", "0", 1);
+    OK(fp4rl_rollout_run(m, &cfg, prompts, off, 2, &rb));
+    unsetenv("FP4RL_ROLLOUT_W4");
+    double lp = 0;
+    for (int64_t i = 0; i < r4.n_seqs; i++) {
+        ck_assert_int_eq(r4.tokens[i * 4], rb.tokens[i * 4]);
+        lp = fmax(lp, fabs((double)r4.logprobs[i * 4] - rb.logprobs[i * 4]));
+    }
+    printf("rollout %s tile %d resq %d: W4A4 vs BF16 fused: first-step max |d log mu| %.3g, act_zero_frac %.6f / %.6f\n",
+           fp4rl_dtype_name(fmt), tile, (int)resq, lp, r4.act_zero_frac, rb.act_zero_frac);
+    ck_assert_int_eq(r4.w4_linears, 2 * 7);
+    ck_assert_int_eq(rb.w4_linears, 0);
+    ck_assert_int_eq(r4.fused_linears, rb.fused_linears);
+    ck_assert_msg(lp <= 1e-5, "first-step log mu differs by %g", lp);
+    fp4rl_rollout_result_free(&r4);
+    fp4rl_rollout_result_free(&rb);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+
+START_TEST(test_rollout_w4_equals_fused)
+{
+    w4_pair(FP4RL_DTYPE_HIF4, FP4RL_RESQ_2_4, 0);
+    w4_pair(FP4RL_DTYPE_HIF4, FP4RL_RESQ_OFF, 64);
+    w4_pair(FP4RL_DTYPE_MXFP4, FP4RL_RESQ_DENSE, 0);
+    w4_pair(FP4RL_DTYPE_MXFP4, FP4RL_RESQ_OFF, 32);
+}
+END_TEST
+
 /* The training step makes its forward operands with 1D blocks along the last dim through the same
  * fused round trip: gradients (stochastic dY included, drawn in the same order) are bit-identical
  * to the generic quantize / dequantize path's. */
@@ -437,6 +618,9 @@ int main(void)
     tcase_add_test(tc, test_fused_ops_halves);
     tcase_add_test(tc, test_rollout_fused_equals_generic);
     tcase_add_test(tc, test_train_operands_fused_equals_generic);
+    tcase_add_test(tc, test_act8_matches_act);
+    tcase_add_test(tc, test_linear_w4);
+    tcase_add_test(tc, test_rollout_w4_equals_fused);
     suite_add_tcase(su, tc);
     return fp4rl_check_run(su);
 }

@@ -4,11 +4,14 @@
  *     completions, and act_zero_frac exactly (the pad rows' counts are taken off);
  *   - the batched schedule (prefill, compacted decode, BF16 KV cache) gives the lockstep one's
  *     completions on the GPU too;
- *   - the GPU's rollout matches the CPU reference's from the same weights.
+ *   - the GPU's rollout matches the CPU reference's from the same weights;
+ *   - the W4A4 decode path (HiF4 W4A4, on by default on CUDA): graph replays bitwise the eager
+ *     steps, and its first-step log mu that of the BF16 fused path (FP4RL_ROLLOUT_W4=0).
  * Log mu may differ in the last bits where cuBLASLt picks another algorithm for another row count,
  * which can move a CDF step: one flipped completion is allowed per comparison on the GPU.
  * Label `gpu`: exits 77 (skipped) when no CUDA context can be created.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -112,6 +115,65 @@ static void engine_case(const char *json, fp4rl_preset preset, fp4rl_numerics ro
     fp4rl_context_destroy(cpu);
 }
 
+/* W4A4: 4 prompts of at most 20 tokens, 8 completions each, so the prefill's and every decode
+ * step's operand (ResQ: 2N rows) fits FP4RL_W4_MAX_ROWS and every GEMM of the blocks reads the
+ * packed weights. */
+static void w4_case(fp4rl_resq resq)
+{
+    enum { P4 = 4, NEW4 = 16 };
+    int32_t pr[80];
+    size_t off[P4 + 1] = {0};
+    for (int p = 0; p < P4; p++) off[p + 1] = off[p] + (size_t)(5 + 5 * p);
+    for (size_t i = 0; i < off[P4]; i++) pr[i] = (int32_t)((i * 37 + 3) % 300);
+    fp4rl_context *gpu;
+    OK(fp4rl_context_create(&gpu, FP4RL_DEVICE_CUDA, 0));
+    fp4rl_quant_policy *p;
+    OK(fp4rl_quant_policy_create(&p));
+    OK(fp4rl_quant_policy_apply_preset(p, FP4RL_PRESET_HIF4_RL));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_ROLLOUT_NUMERICS, FP4RL_NUMERICS_W4A4));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_RESQ, resq));
+    fp4rl_model *m;
+    OK(fp4rl_model_create(&m, gpu, CFG, p, 9));
+    fp4rl_rollout_cfg cfg = {.group = G, .max_new = NEW4, .temperature = 1.0f, .seed = 5};
+    fp4rl_rollout_result graph, eager, bf;
+    unsetenv("FP4RL_ROLLOUT_W4");
+    OK(fp4rl_rollout_run(m, &cfg, pr, off, P4, &graph));
+    m->rollout_eager = 1;
+    OK(fp4rl_rollout_run(m, &cfg, pr, off, P4, &eager));
+    m->rollout_eager = 0;
+    setenv("FP4RL_ROLLOUT_W4", "0", 1);
+    OK(fp4rl_rollout_run(m, &cfg, pr, off, P4, &bf));
+    unsetenv("FP4RL_ROLLOUT_W4");
+    ck_assert_int_eq(graph.w4_linears, 3 * 7);
+    ck_assert_int_eq(bf.w4_linears, 0);
+    const int64_t n = graph.n_seqs;
+    ck_assert_mem_eq(graph.lengths, eager.lengths, (size_t)n * sizeof(int64_t));
+    ck_assert_mem_eq(graph.tokens, eager.tokens, (size_t)(n * NEW4) * sizeof(int32_t));
+    ck_assert_mem_eq(graph.logprobs, eager.logprobs, (size_t)(n * NEW4) * sizeof(float));
+    ck_assert(graph.act_zero_frac == eager.act_zero_frac);
+    int64_t flips = 0;
+    double lp = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (graph.tokens[i * NEW4] != bf.tokens[i * NEW4]) flips++;
+        else lp = fmax(lp, fabs((double)graph.logprobs[i * NEW4] - bf.logprobs[i * NEW4]));
+    }
+    printf("W4A4 resq %d: graphs == eager bitwise; vs BF16 fused: %lld/%lld first tokens differ, first-step max |d log mu| %.3g\n", (int)resq,
+           (long long)flips, (long long)n, lp);
+    ck_assert_int_le(flips, 1);
+    ck_assert_msg(lp <= 1e-4, "W4A4 vs BF16 first-step log mu differs by %g", lp);
+    fp4rl_rollout_result_free(&graph);
+    fp4rl_rollout_result_free(&eager);
+    fp4rl_rollout_result_free(&bf);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+    fp4rl_context_destroy(gpu);
+}
+
+START_TEST(test_engine_w4) { w4_case(FP4RL_RESQ_OFF); }
+END_TEST
+START_TEST(test_engine_w4_resq) { w4_case(FP4RL_RESQ_2_4); }
+END_TEST
+
 START_TEST(test_engine_bf16) { engine_case(CFG, FP4RL_PRESET_DEFAULT, FP4RL_NUMERICS_BF16); }
 END_TEST
 START_TEST(test_engine_hif4) { engine_case(CFG, FP4RL_PRESET_HIF4_RL, FP4RL_NUMERICS_W4A4); }
@@ -132,6 +194,8 @@ int main(void)
     tcase_add_test(tc, test_engine_hif4);
     tcase_add_test(tc, test_engine_fp32);
     tcase_add_test(tc, test_engine_bf16_d64);
+    tcase_add_test(tc, test_engine_w4);
+    tcase_add_test(tc, test_engine_w4_resq);
     suite_add_tcase(su, tc);
     const int rc = fp4rl_check_run_nofork(su);
     free(prompts);

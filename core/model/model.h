@@ -126,6 +126,12 @@ FP4RL_HIDDEN fp4rl_att_numerics fp4rl_attention_numerics(const fp4rl_model *m, i
 FP4RL_HIDDEN int fp4rl_linear_bf16_exact(const fp4rl_linear_spec *s, fp4rl_role role);
 /* The fused round trip's format (FP4RL_QDQ_* of format/qdq_block.h) of dtype d, or -2 for none. */
 FP4RL_HIDDEN int fp4rl_qdq_format(fp4rl_dtype d);
+/* The quantized tensor of src [rows, cols] (device) in format fmt, blocks along the last dim, with the
+ * policy's parameters for role (stochastic: a fresh draw, the context's offset advanced): the
+ * tensor whose dequantization is fp4rl_linear_operand's FP4 operand (the rollout keeps its weights'
+ * for the W4A4 decode GEMM). */
+FP4RL_HIDDEN fp4rl_status fp4rl_quantize_rows(fp4rl_model *m, fp4rl_tensor **out, float *src, int64_t rows, int64_t cols,
+                                              fp4rl_dtype fmt, fp4rl_role role);
 FP4RL_HIDDEN fp4rl_status fp4rl_linear_operand(fp4rl_model *m, fp4rl_arena *a, float *dst, float *src, int64_t rows,
                                                int64_t cols, const fp4rl_linear_spec *s, fp4rl_role role, int along_rows);
 /* y [N, OUT] = x w^T + b in the spec's numerics; sv keeps the operands for backward (in arena a).

@@ -118,12 +118,12 @@ static fp4rl_tensor view2d(fp4rl_context *ctx, float *p, int64_t rows, int64_t c
     return t;
 }
 
-/* dst = dequantize(quantize(src)) with blocks along the last dim of src [rows, cols]. */
-static fp4rl_status qdq_rows(fp4rl_model *m, float *dst, float *src, int64_t rows, int64_t cols, fp4rl_dtype fmt,
-                             fp4rl_role role)
+fp4rl_status fp4rl_quantize_rows(fp4rl_model *m, fp4rl_tensor **out, float *src, int64_t rows, int64_t cols, fp4rl_dtype fmt,
+                                 fp4rl_role role)
 {
     fp4rl_context *ctx = m->ctx;
     fp4rl_qparams p;
+    *out = NULL;
     fp4rl_status st = fp4rl_policy_resolve(m->policy, fmt, role, ctx, &p, "model linear");
     if (st) return st;
     fp4rl_qdesc d;
@@ -132,10 +132,23 @@ static fp4rl_status qdq_rows(fp4rl_model *m, float *dst, float *src, int64_t row
     const int64_t dims[2] = {rows, cols};
     st = fp4rl_tensor_alloc(&q, ctx, fmt, 2, dims, &d, "model linear");
     if (st) return st;
-    fp4rl_tensor s = view2d(ctx, src, rows, cols), o = view2d(ctx, dst, rows, cols);
+    fp4rl_tensor s = view2d(ctx, src, rows, cols);
     st = ctx->be->quantize(ctx, q, &s, &p);
     if (!st && p.stochastic) ctx->rng_offset++;
-    if (!st) st = ctx->be->dequantize(ctx, &o, q, 0);
+    if (st) fp4rl_tensor_destroy(q);
+    else *out = q;
+    return st;
+}
+
+/* dst = dequantize(quantize(src)) with blocks along the last dim of src [rows, cols]. */
+static fp4rl_status qdq_rows(fp4rl_model *m, float *dst, float *src, int64_t rows, int64_t cols, fp4rl_dtype fmt,
+                             fp4rl_role role)
+{
+    fp4rl_tensor *q;
+    fp4rl_status st = fp4rl_quantize_rows(m, &q, src, rows, cols, fmt, role);
+    if (st) return st;
+    fp4rl_tensor o = view2d(m->ctx, dst, rows, cols);
+    st = m->ctx->be->dequantize(m->ctx, &o, q, 0);
     fp4rl_tensor_destroy(q);
     return st;
 }

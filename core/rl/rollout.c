@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/layout.h"
 #include "format/qdq_block.h"
 #include "model/block.h"
 #include "rl/rollout.h"
@@ -72,17 +73,25 @@ fp4rl_status fp4rl_rollout_linear(fp4rl_model *m, fp4rl_arena *a, const fp4rl_li
  * halves are added (add_halves; q/k/v's and gate/up's consumers, qkv_rope_store and swiglu_rows,
  * read the halves themselves: fast_gemm_halves). Anything else (FP32 numerics,
  * NVFP4's tensor scale, MXFP8's possible BF16 subnormals, 2D activation tiles, stochastic
- * activations, channel-50 / block-50) runs the generic fp4rl_rollout_linear. */
+ * activations, channel-50 / block-50) runs the generic fp4rl_rollout_linear.
+ * W4A4 (issue 16, plan_w4): where weights and activations are both HiF4 or both MXFP4, a GEMM whose
+ * operand has at most FP4RL_W4_MAX_ROWS rows (the decode steps; ResQ's 2N) reads the packed FP4
+ * weights instead of their BF16 copy: rollout_act8 writes the activation's quantization as E4M3
+ * bytes and unit scales, linear_forward_w4 multiplies them by the packed weight (about 28% of the
+ * BF16 weight's bytes, which bound a decode step). The same products, summed in another order.
+ * Larger forwards (prefill) keep the BF16 GEMM; the head's weights are BF16 (its spec) and so is
+ * its GEMM. */
 typedef struct fast_plan {
     int on;
     int fmt;  /* activation: FP4RL_QDQ_* or -1 for BF16 */
     int tf;   /* truncation-free MX scales */
     int resq; /* FP4RL_RESQ_OFF / _DENSE / _2_4 */
+    int w4;   /* W4A4 decode GEMMs (plan_w4): the packed weights are kept too */
 } fast_plan;
 
 static fast_plan plan_fast(fp4rl_model *m, const fp4rl_linear_spec *s, int resq)
 {
-    fast_plan f = {0, -1, 0, FP4RL_RESQ_OFF};
+    fast_plan f = {0, -1, 0, FP4RL_RESQ_OFF, 0};
     if (m->rollout_generic || !m->ops->rollout_act || !m->ops->linear_forward_bf16 || !m->ops->pack_bf16) return f;
     if (!fp4rl_linear_bf16_exact(s, FP4RL_ROLE_WEIGHT) || !fp4rl_linear_bf16_exact(s, FP4RL_ROLE_ACTIVATION)) return f;
     if (s->mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUMERICS_FP4) { /* MXFP4 or HiF4: a qdq_block.h format */
@@ -111,22 +120,51 @@ static fp4rl_status fast_weight(fp4rl_model *m, uint16_t *wb, const float *wq, i
     return m->ops->pack_bf16(m->ctx, wb, K, wq, OUT, K);
 }
 
-/* The fused activation operand of x [N, K] (fast_halves(f) * N rows), NULL on failure (a->st). */
-static uint16_t *fast_act(fp4rl_model *m, fp4rl_arena *a, const fast_plan *f, const float *x, int64_t N, int64_t K,
+/* A fused linear's activation operand (fast_act): BF16 words xb or, on the W4A4 path, E4M3 bytes a8
+ * and their unit scales sa, which follow the bytes in a8's allocation. */
+typedef struct fast_opnd {
+    const uint16_t *xb;
+    const uint8_t *a8;
+    const float *sa;
+} fast_opnd;
+
+static const void *opnd_buf(const fast_opnd *o) { return o->a8 ? (const void *)o->a8 : (const void *)o->xb; }
+
+/* The fused activation operand of x [N, K] (fast_halves(f) * N rows): the W4A4 one where f->w4 and
+ * the rows are few enough (decode steps), else BF16; both pointers NULL on failure (a->st). */
+static fast_opnd fast_act(fp4rl_model *m, fp4rl_arena *a, const fast_plan *f, const float *x, int64_t N, int64_t K,
                           unsigned long long *counts)
 {
-    uint16_t *xb = fp4rl_arena_alloc(a, fast_halves(f) * N * K, sizeof(uint16_t));
+    fast_opnd o = {NULL, NULL, NULL};
+    const int64_t rows = fast_halves(f) * N;
+    if (f->w4 && rows <= FP4RL_W4_MAX_ROWS) {
+        const int64_t U = fp4rl_qdq_block_size(f->fmt), Kp = (K + U - 1) / U * U, bytes = (rows * Kp + 15) / 16 * 16;
+        uint8_t *p = fp4rl_arena_alloc(a, bytes + (Kp / U) * FP4RL_FP8_SCALE_LD(rows) * (int64_t)sizeof(float), 1);
+        if (p) a->st = m->ops->rollout_act8(m->ctx, p, (float *)(p + bytes), counts, x, N, K, f->fmt, f->tf, f->resq);
+        if (!a->st) o.a8 = p, o.sa = (const float *)(p + bytes);
+        return o;
+    }
+    uint16_t *xb = fp4rl_arena_alloc(a, rows * K, sizeof(uint16_t));
     if (xb) a->st = m->ops->rollout_act(m->ctx, xb, f->fmt >= 0 ? counts : NULL, x, N, K, f->fmt, f->tf, f->resq);
-    return a->st ? NULL : xb;
+    if (!a->st) o.xb = xb;
+    return o;
 }
 
-/* y [N, OUT] = xb w^T + b, xb from fast_act. With ResQ one GEMM of 2N rows (w read once) into ys
- * [2N, OUT], then its halves added: Q(x) w^T + b + S(Q(R)) w^T, as the generic path's two GEMMs. */
-static fp4rl_status fast_gemm(fp4rl_model *m, const fast_plan *f, float *y, float *ys, const uint16_t *xb, const uint16_t *wb,
-                              const float *b, int64_t N, int64_t K, int64_t OUT)
+/* y [rows, OUT] = x w^T (+ b) on x's path: wb the weight in BF16, wt packed (W4A4). */
+static fp4rl_status fast_mm(fp4rl_model *m, const fast_opnd *x, const uint16_t *wb, const fp4rl_tensor *wt, float *y, const float *b,
+                            int64_t rows, int64_t K, int64_t OUT)
 {
-    if (fast_halves(f) == 1) return m->ops->linear_forward_bf16(m->ctx, y, xb, wb, b, N, K, OUT);
-    fp4rl_status st = m->ops->linear_forward_bf16(m->ctx, ys, xb, wb, NULL, 2 * N, K, OUT);
+    if (x->a8) return m->ops->linear_forward_w4(m->ctx, y, x->a8, x->sa, wt, b, rows, K, OUT);
+    return m->ops->linear_forward_bf16(m->ctx, y, x->xb, wb, b, rows, K, OUT);
+}
+
+/* y [N, OUT] = x w^T + b, x from fast_act. With ResQ one GEMM of 2N rows (w read once) into ys
+ * [2N, OUT], then its halves added: Q(x) w^T + b + S(Q(R)) w^T, as the generic path's two GEMMs. */
+static fp4rl_status fast_gemm(fp4rl_model *m, const fast_plan *f, float *y, float *ys, const fast_opnd *x, const uint16_t *wb,
+                              const fp4rl_tensor *wt, const float *b, int64_t N, int64_t K, int64_t OUT)
+{
+    if (fast_halves(f) == 1) return fast_mm(m, x, wb, wt, y, b, N, K, OUT);
+    fp4rl_status st = fast_mm(m, x, wb, wt, ys, NULL, 2 * N, K, OUT);
     return st ? st : m->ops->add_halves(m->ctx, y, ys, b, N, OUT);
 }
 
@@ -137,36 +175,36 @@ typedef struct fast_out {
 
 /* fast_gemm for a consumer that adds ResQ's halves itself: with ResQ, the GEMM of 2N rows into ys
  * and out = {ys, ys + N * OUT, b}, the sum add_halves would write left to the consumer (no [N, OUT]
- * round trip; the same bits, core/backend/halves.h); else y = xb w^T + b and out = {y}. */
-static fp4rl_status fast_gemm_halves(fp4rl_model *m, const fast_plan *f, fast_out *out, float *y, float *ys,
-                                     const uint16_t *xb, const uint16_t *wb, const float *b, int64_t N, int64_t K, int64_t OUT)
+ * round trip; the same bits, core/backend/halves.h); else y = x w^T + b and out = {y}. */
+static fp4rl_status fast_gemm_halves(fp4rl_model *m, const fast_plan *f, fast_out *out, float *y, float *ys, const fast_opnd *x,
+                                     const uint16_t *wb, const fp4rl_tensor *wt, const float *b, int64_t N, int64_t K, int64_t OUT)
 {
     if (fast_halves(f) == 1) {
         *out = (fast_out){y, NULL, NULL};
-        return m->ops->linear_forward_bf16(m->ctx, y, xb, wb, b, N, K, OUT);
+        return fast_mm(m, x, wb, wt, y, b, N, K, OUT);
     }
     *out = (fast_out){ys, ys + N * OUT, b};
-    return m->ops->linear_forward_bf16(m->ctx, ys, xb, wb, NULL, 2 * N, K, OUT);
+    return fast_mm(m, x, wb, wt, ys, NULL, 2 * N, K, OUT);
 }
 
 /* A prefill's activation operands go back once their GEMM is queued (a chunk of 8,192 rows held
  * each layer's to its end: 7B with ResQ, ~1 GB a layer). Decode steps keep theirs: a recorded
  * graph's replays use every address it recorded, and the eager step before a recording is what
  * leaves the allocator holding the recording's block sizes. */
-static void act_done(fp4rl_arena *a, int keep, const uint16_t *xb)
+static void act_done(fp4rl_arena *a, int keep, const fast_opnd *x)
 {
-    if (!keep) fp4rl_arena_release(a, (void *)xb);
+    if (!keep) fp4rl_arena_release(a, (void *)opnd_buf(x));
 }
 
 /* y = x w^T + b with x's operand from fast_act; ys: fast_gemm's. */
 static fp4rl_status fast_linear(fp4rl_model *m, fp4rl_arena *a, const fast_plan *f, float *y, float *ys, const float *x,
-                                const uint16_t *wb, const float *b, int64_t N, int64_t K, int64_t OUT,
+                                const uint16_t *wb, const fp4rl_tensor *wt, const float *b, int64_t N, int64_t K, int64_t OUT,
                                 unsigned long long *counts, int keep)
 {
-    const uint16_t *xb = fast_act(m, a, f, x, N, K, counts);
-    if (!xb) return a->st;
-    const fp4rl_status st = fast_gemm(m, f, y, ys, xb, wb, b, N, K, OUT);
-    act_done(a, keep, xb);
+    const fast_opnd xo = fast_act(m, a, f, x, N, K, counts);
+    if (!opnd_buf(&xo)) return a->st;
+    const fp4rl_status st = fast_gemm(m, f, y, ys, &xo, wb, wt, b, N, K, OUT);
+    act_done(a, keep, &xo);
     return st;
 }
 
@@ -217,6 +255,7 @@ typedef struct engine {
     fp4rl_att_numerics att_nm;
     float **wq, *whead;
     uint16_t **wb, *whead_b;      /* fused groups: a group's weights are consecutive rows of one buffer */
+    fp4rl_tensor **wt;            /* W4A4 plans: the packed weights, one tensor a fused group (at its first linear) */
     float *bqkv;                  /* share_qkv: [L, QD + 2 KD], each layer's q | k | v biases */
     unsigned long long *counts64; /* fused path's underflow counts [L, FP4RL_LIN_COUNT, 2] */
     float *counts;                /* generic path's */
@@ -254,6 +293,67 @@ static int64_t fused_rows(const engine *e, int r)
     return n;
 }
 
+/* The plan linear r's GEMM runs under: v's is q's when q/k/v share one GEMM. */
+static const fast_plan *plan_of(const engine *e, int r)
+{
+    return r <= FP4RL_LIN_K || (e->share_qkv && r == FP4RL_LIN_V) ? &e->f_qk : &e->f_blk;
+}
+/* The spec of a group's (or a lone linear's) weight, r its first linear (fused_first). */
+static const fp4rl_linear_spec *weight_spec(const engine *e, int r) { return r <= FP4RL_LIN_K ? &e->s_qk : &e->s_blk; }
+
+/* Whether plan f (its weights' spec s; its linears the bits of `lins`, one a FP4RL_LIN_*) takes the
+ * W4A4 decode GEMMs: FP4RL_ROLLOUT_W4=0 / 1 forces it off / on (on: where the rest holds; the CPU's
+ * tests run it), unset it is on for CUDA contexts (the CPU's BF16 GEMM is the faster reference
+ * there); the fused plan with activations HiF4 or MXFP4 (1D, nearest: plan_fast) and the weights in
+ * the same format, nearest, 1D along K or in the tiles the d8 kernel reads (HiF4 64, MXFP4 32) with
+ * every linear's rows a multiple of the tile (then a fused group quantized as one tensor has the
+ * codes and scales of its linears quantized alone, w4_weight), and every linear's K whole units. */
+static int plan_w4(const engine *e, const fp4rl_linear_spec *s, const fast_plan *f, unsigned lins)
+{
+    fp4rl_model *m = e->m;
+    const fp4rl_role W = FP4RL_ROLE_WEIGHT;
+    const char *env = getenv("FP4RL_ROLLOUT_W4");
+    const int want = env && *env ? strcmp(env, "0") != 0 : m->ctx->device == FP4RL_DEVICE_CUDA;
+    if (!want || !f->on || (f->fmt != FP4RL_QDQ_HIF4 && f->fmt != FP4RL_QDQ_MXFP4) || !m->ops->rollout_act8 || !m->ops->linear_forward_w4)
+        return 0;
+    if (s->mode[W] != FP4RL_NUMERICS_FP4 || (int)s->fmt[W] != f->fmt) return 0;
+    fp4rl_qparams p;
+    if (fp4rl_policy_resolve(m->policy, s->fmt[W], W, m->ctx, &p, "rollout") || p.stochastic) return 0;
+    const int U = fp4rl_qdq_block_size(f->fmt);
+    if (p.tile != 0 && p.tile != (f->fmt == FP4RL_QDQ_HIF4 ? 64 : 32)) return 0;
+    for (int r = 0; r < FP4RL_LIN_COUNT; r++) {
+        if (!(lins >> r & 1u)) continue;
+        const int64_t *d = m->params[fp4rl_model_lp(0, fp4rl_lin_weight(r))].dims;
+        if (d[1] % U || (p.tile && d[0] % p.tile)) return 0;
+    }
+    return 1;
+}
+
+/* The packed weight of layer l's linear r (r its group's first) for the W4A4 path into e->wt: the
+ * group's FP32 master weights side by side (rows in wb's order), quantized as one tensor with the
+ * weight spec's parameters as qdq_rows quantizes each (fp4rl_quantize_rows), so its dequantized
+ * values are those wb holds (plan_w4's layouts quantize every row's units alone, or tiles within
+ * one linear). */
+static fp4rl_status w4_weight(engine *e, int64_t l, int r)
+{
+    fp4rl_model *m = e->m;
+    const int64_t rows = fused_rows(e, r), K = m->params[fp4rl_model_lp(0, fp4rl_lin_weight(r))].dims[1];
+    fp4rl_arena tmp = {.ctx = m->ctx};
+    float *src = m->w + m->params[fp4rl_model_lp((int)l, fp4rl_lin_weight(r))].offset;
+    fp4rl_status st = FP4RL_OK;
+    if (rows != lin_rows(e, r)) { /* a fused group: its members' rows one after another */
+        src = fp4rl_arena_f32(&tmp, rows * K);
+        st = tmp.st;
+        for (int g = r; !st && g < FP4RL_LIN_COUNT && fused_first(e, g) == r; g++)
+            st = m->ops->copy(m->ctx, src + fused_offset(e, g) * K, m->w + m->params[fp4rl_model_lp((int)l, fp4rl_lin_weight(g))].offset,
+                              lin_rows(e, g) * K);
+    }
+    const fp4rl_linear_spec *s = weight_spec(e, r);
+    if (!st) st = fp4rl_quantize_rows(m, &e->wt[l * FP4RL_LIN_COUNT + r], src, rows, K, s->fmt[FP4RL_ROLE_WEIGHT], FP4RL_ROLE_WEIGHT);
+    fp4rl_arena_free(&tmp);
+    return st;
+}
+
 /* Step 1: the plans and the schedule, the rollout copy of every weight, the counters and the
  * caches for B sequences of prompts of prompt_rows tokens in all (max_keys = max prompt + max_new,
  * cap = max_new - 1 rows a completion). */
@@ -276,6 +376,15 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
     e->f_blk = plan_fast(m, &e->s_blk, e->resq);
     e->f_head = plan_fast(m, &e->s_head, 0);
     e->share_qkv = same_plan(&e->f_qk, &e->f_blk);
+    {
+        const unsigned Q = 1u << FP4RL_LIN_Q | 1u << FP4RL_LIN_K, V = 1u << FP4RL_LIN_V;
+        const unsigned REST = 1u << FP4RL_LIN_O | 1u << FP4RL_LIN_GATE | 1u << FP4RL_LIN_UP | 1u << FP4RL_LIN_DOWN;
+        const fp4rl_role W = FP4RL_ROLE_WEIGHT;
+        e->f_qk.w4 = plan_w4(e, &e->s_qk, &e->f_qk, e->share_qkv ? Q | V : Q);
+        e->f_blk.w4 = plan_w4(e, &e->s_blk, &e->f_blk, e->share_qkv ? REST : V | REST);
+        /* one q | k | v tensor: v's weight must be quantized as q's and k's */
+        if (e->share_qkv && (e->s_blk.mode[W] != e->s_qk.mode[W] || e->s_blk.fmt[W] != e->s_qk.fmt[W])) e->f_qk.w4 = 0;
+    }
     /* the schedule: batched unless the activations' numerics couple the rows of a batch */
     e->lockstep = m->rollout_lockstep || !row_local(m, &e->s_qk, e->resq) || !row_local(m, &e->s_blk, e->resq) ||
                   !row_local(m, &e->s_head, 0);
@@ -292,9 +401,10 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
                 (e->f_blk.on || e->s_blk.mode[X] != FP4RL_NUMERICS_FP4) && (e->f_head.on || e->s_head.mode[X] != FP4RL_NUMERICS_FP4);
     e->wq = calloc((size_t)(L * FP4RL_LIN_COUNT + 1), sizeof(float *));
     e->wb = calloc((size_t)(L * FP4RL_LIN_COUNT + 1), sizeof(uint16_t *));
+    e->wt = calloc((size_t)(L * FP4RL_LIN_COUNT + 1), sizeof(fp4rl_tensor *));
     e->kc = calloc((size_t)L, sizeof(void *));
     e->vc = calloc((size_t)L, sizeof(void *));
-    if (!e->wq || !e->wb || !e->kc || !e->vc) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
+    if (!e->wq || !e->wb || !e->wt || !e->kc || !e->vc) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "rollout: out of host memory");
     fp4rl_arena *keep = &e->keep;
     fp4rl_status st = FP4RL_OK;
     for (int64_t l = 0; l < L && !st; l++)
@@ -321,6 +431,9 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
             }
             if (f->on) fp4rl_arena_free(&tmp);
         }
+    for (int64_t l = 0; l < L && !st; l++) /* W4A4: the packed weights too, a tensor a fused group */
+        for (int r = 0; r < FP4RL_LIN_COUNT && !st; r++)
+            if (fused_first(e, r) == r && plan_of(e, r)->w4) st = w4_weight(e, l, r);
     float *head = fp4rl_model_w(m, fp4rl_model_p_head(m));
     e->whead = head;
     if (!st && e->s_head.mode[FP4RL_ROLE_WEIGHT] != FP4RL_NUMERICS_FP32) {
@@ -358,6 +471,9 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
 
 static void engine_free(engine *e)
 {
+    const int64_t n = e->m ? e->m->cfg.num_hidden_layers * FP4RL_LIN_COUNT : 0;
+    for (int64_t i = 0; e->wt && i < n; i++) fp4rl_tensor_destroy(e->wt[i]);
+    free(e->wt);
     fp4rl_arena_free(&e->keep);
     free(e->pad_counts);
     free(e->wq);
@@ -416,7 +532,8 @@ static fp4rl_status rollout_block_linear(void *user, int64_t l, int which, float
     const fast_plan *f = qk ? &e->f_qk : &e->f_blk;
     /* (q/k/v with one operand and gate/up on the fused path come through rollout_block_qkv and
      * _gate_up: each linear here has an operand of its own) */
-    if (f->on) return fast_linear(e->m, r->step, f, y, r->ys, x, e->wb[i], bias, r->N, IN, OUT, e->counts64 + i * 2, r->keep);
+    if (f->on)
+        return fast_linear(e->m, r->step, f, y, r->ys, x, e->wb[i], e->wt[i], bias, r->N, IN, OUT, e->counts64 + i * 2, r->keep);
     return fp4rl_rollout_linear(e->m, r->step, qk ? &e->s_qk : &e->s_blk, e->resq, y, x, e->wq[i], bias, r->N, IN, OUT,
                                 e->counts + i * 2);
 }
@@ -432,11 +549,11 @@ static fp4rl_status rollout_block_qkv(void *user, int64_t l, float *q, float *k,
     const int64_t C = c->hidden_size, Hq = c->num_attention_heads, Hkv = c->num_key_value_heads, D = c->head_dim;
     const int64_t i = l * FP4RL_LIN_COUNT + FP4RL_LIN_Q, W3 = (Hq + 2 * Hkv) * D;
     (void)k, (void)v;
-    const uint16_t *xs = fast_act(m, r->step, &e->f_qk, ln1, r->N, C, e->counts64 + i * 2);
-    if (!xs) return r->step->st;
+    const fast_opnd xs = fast_act(m, r->step, &e->f_qk, ln1, r->N, C, e->counts64 + i * 2);
+    if (!opnd_buf(&xs)) return r->step->st;
     fast_out y;
-    fp4rl_status st = fast_gemm_halves(m, &e->f_qk, &y, r->qkv, r->ys, xs, e->wb[i], e->bqkv + l * W3, r->N, C, W3);
-    act_done(r->step, r->keep, xs);
+    fp4rl_status st = fast_gemm_halves(m, &e->f_qk, &y, r->qkv, r->ys, &xs, e->wb[i], e->wt[i], e->bqkv + l * W3, r->N, C, W3);
+    act_done(r->step, r->keep, &xs);
     return st ? st : m->ops->qkv_rope_store(m->ctx, q, e->kc[l], e->vc[l], e->kv_bf16, y.x, y.lo, y.bias, pos, r->kvrow, r->N,
                                             Hq, Hkv, D, (float)c->rope_theta);
 }
@@ -449,11 +566,11 @@ static fp4rl_status rollout_block_gate_up(void *user, int64_t l, float *h, float
     const engine *e = r->e;
     fp4rl_model *m = e->m;
     const int64_t C = m->cfg.hidden_size, I = m->cfg.intermediate_size, i = l * FP4RL_LIN_COUNT + FP4RL_LIN_GATE;
-    const uint16_t *xs = fast_act(m, r->step, &e->f_blk, ln2, r->N, C, e->counts64 + i * 2);
-    if (!xs) return r->step->st;
+    const fast_opnd xs = fast_act(m, r->step, &e->f_blk, ln2, r->N, C, e->counts64 + i * 2);
+    if (!opnd_buf(&xs)) return r->step->st;
     fast_out y;
-    fp4rl_status st = fast_gemm_halves(m, &e->f_blk, &y, r->gu, r->ys, xs, e->wb[i], NULL, r->N, C, 2 * I);
-    act_done(r->step, r->keep, xs);
+    fp4rl_status st = fast_gemm_halves(m, &e->f_blk, &y, r->gu, r->ys, &xs, e->wb[i], e->wt[i], NULL, r->N, C, 2 * I);
+    act_done(r->step, r->keep, &xs);
     return st ? st : m->ops->swiglu_rows(m->ctx, h, y.x, y.lo, y.bias, r->N, I);
 }
 
@@ -527,7 +644,7 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     if (use_hidx) TRY(ops->gather_rows(ctx, xh, x, d_hidx, Nh, C));
     TRY(ops->rmsnorm_forward(ctx, lnh, rstdh, xh, fp4rl_model_w(m, fp4rl_model_p_norm(m)), Nh, C, eps));
     if (e->f_head.on) {
-        TRY(fast_linear(m, step, &e->f_head, logits, NULL, lnh, e->whead_b, NULL, Nh, C, V, NULL, keep));
+        TRY(fast_linear(m, step, &e->f_head, logits, NULL, lnh, e->whead_b, NULL, NULL, Nh, C, V, NULL, keep)); /* never W4: BF16 weights */
     } else {
         if (e->s_head.mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUMERICS_BF16) TRY(ops->round_bf16(ctx, lnh, lnh, Nh * C));
         TRY(ops->linear_forward(ctx, logits, lnh, e->whead, NULL, Nh, C, V));
@@ -848,6 +965,7 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
     }
     if (cfg->max_new > 0) st = engine_init(&e, m, B, (int64_t)offsets[P], Tmax, cap);
     res->fused_linears = L * (5 * e.f_blk.on + 2 * e.f_qk.on) + e.f_head.on;
+    res->w4_linears = L * (e.share_qkv ? 3 * e.f_qk.w4 + 4 * e.f_blk.w4 : 2 * e.f_qk.w4 + 5 * e.f_blk.w4);
     if (!st && cfg->max_new > 0)
         st = e.lockstep ? run_lockstep(&e, cfg, prompts, offsets, B, Tmax, res, done, sampled, slogp)
                         : run_batched(&e, cfg, prompts, offsets, P, cap, res, done, sampled, slogp);
