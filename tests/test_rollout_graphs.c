@@ -5,7 +5,7 @@
  *   - the batched schedule (prefill, compacted decode, BF16 KV cache) gives the lockstep one's
  *     completions on the GPU too;
  *   - the GPU's rollout matches the CPU reference's from the same weights;
- *   - the W4A4 decode path (HiF4 W4A4, on by default on CUDA): graph replays bitwise the eager
+ *   - the W4A4 decode path (HiF4 W4A4, opt-in, FP4RL_ROLLOUT_W4=1, set for this whole test): graph replays bitwise the eager
  *     steps, and its first-step log mu that of the BF16 fused path (FP4RL_ROLLOUT_W4=0).
  * Log mu may differ in the last bits where cuBLASLt picks another algorithm for another row count,
  * which can move a CDF step: one flipped completion is allowed per comparison on the GPU.
@@ -136,14 +136,14 @@ static void w4_case(fp4rl_resq resq)
     OK(fp4rl_model_create(&m, gpu, CFG, p, 9));
     fp4rl_rollout_cfg cfg = {.group = G, .max_new = NEW4, .temperature = 1.0f, .seed = 5};
     fp4rl_rollout_result graph, eager, bf;
-    unsetenv("FP4RL_ROLLOUT_W4");
+    setenv("FP4RL_ROLLOUT_W4", "1", 1);
     OK(fp4rl_rollout_run(m, &cfg, pr, off, P4, &graph));
     m->rollout_eager = 1;
     OK(fp4rl_rollout_run(m, &cfg, pr, off, P4, &eager));
     m->rollout_eager = 0;
     setenv("FP4RL_ROLLOUT_W4", "0", 1);
     OK(fp4rl_rollout_run(m, &cfg, pr, off, P4, &bf));
-    unsetenv("FP4RL_ROLLOUT_W4");
+    setenv("FP4RL_ROLLOUT_W4", "1", 1);
     ck_assert_int_eq(graph.w4_linears, 3 * 7);
     ck_assert_int_eq(bf.w4_linears, 0);
     const int64_t n = graph.n_seqs;
@@ -186,6 +186,11 @@ END_TEST
 int main(void)
 {
     if (fp4rl_gpu_or_skip("test_rollout_graphs")) return 77;
+    /* the opt-in kernels and paths (not yet the default) in every engine run below */
+    setenv("FP4RL_ATTN_SPLIT", "1", 1);
+    setenv("FP4RL_ACT_QDQ4", "1", 1);
+    setenv("FP4RL_RESQ_HALVES", "1", 1);
+    setenv("FP4RL_ROLLOUT_W4", "1", 1);
     make_prompts();
     Suite *su = suite_create("rollout_graphs");
     TCase *tc = tcase_create("engine");

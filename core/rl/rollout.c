@@ -87,11 +87,15 @@ typedef struct fast_plan {
     int tf;   /* truncation-free MX scales */
     int resq; /* FP4RL_RESQ_OFF / _DENSE / _2_4 */
     int w4;   /* W4A4 decode GEMMs (plan_w4): the packed weights are kept too */
+    /* ResQ: q/k/v's and gate/up's consumers read the GEMM's two halves (fast_gemm_halves) instead
+     * of add_halves' sum. Opt-in (FP4RL_RESQ_HALVES=1) until its kernels have run on a GPU. */
+    int halves_direct;
 } fast_plan;
 
 static fast_plan plan_fast(fp4rl_model *m, const fp4rl_linear_spec *s, int resq)
 {
-    fast_plan f = {0, -1, 0, FP4RL_RESQ_OFF, 0};
+    const char *hv = getenv("FP4RL_RESQ_HALVES");
+    fast_plan f = {0, -1, 0, FP4RL_RESQ_OFF, 0, hv && hv[0] == '1'};
     if (m->rollout_generic || !m->ops->rollout_act || !m->ops->linear_forward_bf16 || !m->ops->pack_bf16) return f;
     if (!fp4rl_linear_bf16_exact(s, FP4RL_ROLE_WEIGHT) || !fp4rl_linear_bf16_exact(s, FP4RL_ROLE_ACTIVATION)) return f;
     if (s->mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUMERICS_FP4) { /* MXFP4 or HiF4: a qdq_block.h format */
@@ -173,15 +177,16 @@ typedef struct fast_out {
     const float *x, *lo, *bias;
 } fast_out;
 
-/* fast_gemm for a consumer that adds ResQ's halves itself: with ResQ, the GEMM of 2N rows into ys
- * and out = {ys, ys + N * OUT, b}, the sum add_halves would write left to the consumer (no [N, OUT]
- * round trip; the same bits, core/backend/halves.h); else y = x w^T + b and out = {y}. */
+/* fast_gemm for a consumer that adds ResQ's halves itself: with ResQ (and f->halves_direct), the
+ * GEMM of 2N rows into ys and out = {ys, ys + N * OUT, b}, the sum add_halves would write left to
+ * the consumer (no [N, OUT] round trip; the same bits, core/backend/halves.h); else fast_gemm's
+ * y = x w^T + b and out = {y}. */
 static fp4rl_status fast_gemm_halves(fp4rl_model *m, const fast_plan *f, fast_out *out, float *y, float *ys, const fast_opnd *x,
                                      const uint16_t *wb, const fp4rl_tensor *wt, const float *b, int64_t N, int64_t K, int64_t OUT)
 {
-    if (fast_halves(f) == 1) {
+    if (fast_halves(f) == 1 || !f->halves_direct) {
         *out = (fast_out){y, NULL, NULL};
-        return fast_mm(m, x, wb, wt, y, b, N, K, OUT);
+        return fast_gemm(m, f, y, ys, x, wb, wt, b, N, K, OUT);
     }
     *out = (fast_out){ys, ys + N * OUT, b};
     return fast_mm(m, x, wb, wt, ys, NULL, 2 * N, K, OUT);
@@ -302,9 +307,9 @@ static const fast_plan *plan_of(const engine *e, int r)
 static const fp4rl_linear_spec *weight_spec(const engine *e, int r) { return r <= FP4RL_LIN_K ? &e->s_qk : &e->s_blk; }
 
 /* Whether plan f (its weights' spec s; its linears the bits of `lins`, one a FP4RL_LIN_*) takes the
- * W4A4 decode GEMMs: FP4RL_ROLLOUT_W4=0 / 1 forces it off / on (on: where the rest holds; the CPU's
- * tests run it), unset it is on for CUDA contexts (the CPU's BF16 GEMM is the faster reference
- * there); the fused plan with activations HiF4 or MXFP4 (1D, nearest: plan_fast) and the weights in
+ * W4A4 decode GEMMs: FP4RL_ROLLOUT_W4=1 turns it on (where the rest holds) on either backend; unset
+ * or 0 it is off: opt-in until its kernels have run on a GPU (then: on for CUDA contexts, where it
+ * pays; the CPU's BF16 GEMM is the faster reference); the fused plan with activations HiF4 or MXFP4 (1D, nearest: plan_fast) and the weights in
  * the same format, nearest, 1D along K or in the tiles the d8 kernel reads (HiF4 64, MXFP4 32) with
  * every linear's rows a multiple of the tile (then a fused group quantized as one tensor has the
  * codes and scales of its linears quantized alone, w4_weight), and every linear's K whole units. */
@@ -313,7 +318,7 @@ static int plan_w4(const engine *e, const fp4rl_linear_spec *s, const fast_plan 
     fp4rl_model *m = e->m;
     const fp4rl_role W = FP4RL_ROLE_WEIGHT;
     const char *env = getenv("FP4RL_ROLLOUT_W4");
-    const int want = env && *env ? strcmp(env, "0") != 0 : m->ctx->device == FP4RL_DEVICE_CUDA;
+    const int want = env && env[0] == '1';
     if (!want || !f->on || (f->fmt != FP4RL_QDQ_HIF4 && f->fmt != FP4RL_QDQ_MXFP4) || !m->ops->rollout_act8 || !m->ops->linear_forward_w4)
         return 0;
     if (s->mode[W] != FP4RL_NUMERICS_FP4 || (int)s->fmt[W] != f->fmt) return 0;
@@ -612,9 +617,9 @@ static fp4rl_status forward_core(engine *e, const fp4rl_rollout_cfg *cfg, fp4rl_
     /* fused groups: one GEMM output in place of k and v, of gate and up */
     float *q = fp4rl_arena_f32(step, N * QD), *qkv = NULL, *k = NULL, *v = NULL, *gu = NULL, *gate = NULL, *up = NULL;
     /* (with ResQ their consumers read ys's halves: fast_gemm_halves) */
-    if (e->share_qkv) qkv = fast_halves(&e->f_qk) == 2 ? NULL : fp4rl_arena_f32(step, N * (QD + 2 * KD));
+    if (e->share_qkv) qkv = fast_halves(&e->f_qk) == 2 && e->f_qk.halves_direct ? NULL : fp4rl_arena_f32(step, N * (QD + 2 * KD));
     else k = fp4rl_arena_f32(step, N * KD), v = fp4rl_arena_f32(step, N * KD);
-    if (e->f_blk.on) gu = fast_halves(&e->f_blk) == 2 ? NULL : fp4rl_arena_f32(step, N * 2 * I);
+    if (e->f_blk.on) gu = fast_halves(&e->f_blk) == 2 && e->f_blk.halves_direct ? NULL : fp4rl_arena_f32(step, N * 2 * I);
     else gate = fp4rl_arena_f32(step, N * I), up = fp4rl_arena_f32(step, N * I);
     float *att = fp4rl_arena_f32(step, N * QD), *o = fp4rl_arena_f32(step, N * C), *x1 = fp4rl_arena_f32(step, N * C);
     float *h = fp4rl_arena_f32(step, N * I);
