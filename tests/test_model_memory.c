@@ -3,6 +3,7 @@
  * runs a forward, a supervised step and an RL step under every preset (the scratch list has no fixed
  * size); the LM head in chunks of rows equals the unchunked head.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "check_run.h"
 #include <check.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 
 #include "model/block.h"
 #include "model/model.h"
+#include "rl/rollout.h"
 #include "rl/session.h"
 
 static fp4rl_context *ctx;
@@ -113,6 +115,47 @@ START_TEST(test_deep_rl_step)
         fp4rl_model_destroy(m);
         fp4rl_quant_policy_destroy(p);
     }
+}
+END_TEST
+
+/* The W4A4 decode path (issue 16) at real depth and vocabulary: 28 layers whose every K is whole
+ * HiF4 units (width 64, intermediate 128), vocabulary 151,936, the HiF4 RL preset's W4A4 rollout
+ * with ResQ 2:4. With FP4RL_ROLLOUT_W4=1 every block linear reads the packed weights (the CPU's
+ * reference ops; 2 x 4 completions, so every forward is at most 2 x 8 operand rows); its first
+ * tokens are those of the BF16 fused path (=0) and log mu agrees to summation-order noise. */
+START_TEST(test_deep_w4_rollout)
+{
+    const char *cfg = "{\"model_type\": \"qwen2\", \"vocab_size\": 151936, \"hidden_size\": 64, \"intermediate_size\": 128,"
+                      " \"num_hidden_layers\": 28, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+                      " \"max_position_embeddings\": 64, \"tie_word_embeddings\": true}";
+    fp4rl_quant_policy *p = preset_policy(FP4RL_PRESET_HIF4_RL, 0);
+    ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_ROLLOUT_NUMERICS, FP4RL_NUMERICS_W4A4), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_RESQ, FP4RL_RESQ_2_4), FP4RL_OK);
+    fp4rl_model *m;
+    ck_assert_msg(fp4rl_model_create(&m, ctx, cfg, p, 1) == FP4RL_OK, "%s", fp4rl_last_error());
+    const int32_t prompts[7] = {151935, 4, 1000, 77, 150000, 3, 9};
+    const size_t off[3] = {0, 4, 7};
+    fp4rl_rollout_cfg rc = {.group = 4, .max_new = 3, .temperature = 1.0f, .seed = 3};
+    fp4rl_rollout_result r4, rb;
+    setenv("FP4RL_ROLLOUT_W4", "1", 1);
+    ck_assert_msg(fp4rl_rollout_run(m, &rc, prompts, off, 2, &r4) == FP4RL_OK, "%s", fp4rl_last_error());
+    setenv("FP4RL_ROLLOUT_W4", "0", 1);
+    ck_assert_msg(fp4rl_rollout_run(m, &rc, prompts, off, 2, &rb) == FP4RL_OK, "%s", fp4rl_last_error());
+    unsetenv("FP4RL_ROLLOUT_W4");
+    ck_assert_int_eq(r4.w4_linears, 28 * 7);
+    ck_assert_int_eq(rb.w4_linears, 0);
+    double lp = 0;
+    for (int64_t i = 0; i < r4.n_seqs; i++) {
+        ck_assert_int_eq(r4.tokens[i * 3], rb.tokens[i * 3]);
+        ck_assert(r4.tokens[i * 3] >= 0 && r4.tokens[i * 3] < 151936);
+        lp = fmax(lp, fabs((double)r4.logprobs[i * 3] - rb.logprobs[i * 3]));
+    }
+    printf("28 layers, vocab 151936, HiF4 W4A4 + ResQ 2:4: W4A4 vs BF16 fused first-step max |d log mu| %.3g\n", lp);
+    ck_assert_msg(lp <= 1e-4, "log mu differs by %g", lp);
+    fp4rl_rollout_result_free(&r4);
+    fp4rl_rollout_result_free(&rb);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
 }
 END_TEST
 
@@ -448,6 +491,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_deep_model_runs);
     tcase_add_test(tc, test_deep_rl_step);
+    tcase_add_test(tc, test_deep_w4_rollout);
     tcase_add_test(tc, test_chunked_head_equals_unchunked);
     tcase_add_test(tc, test_microbatches_equal_one_pass);
     tcase_add_test(tc, test_rl_microbatches_equal_one_pass);
