@@ -72,6 +72,17 @@ __device__ __forceinline__ int rev2(int x) { return ((x & 1) << 1) | ((x >> 1) &
 __device__ __forceinline__ int wswz(int r, int c) { return r * 64 + ((c ^ rev2((r >> 1) & 3)) << 4); }
 __device__ __forceinline__ int aswz(int r, int c) { return r * KC + ((c ^ (rev2(r & 3) << 1)) << 4); }
 
+/* cp.async to a shared address (the CTA window's 32-bit offset); live false: zero-fill, the
+ * source is not read. */
+__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void *src, bool live)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4_s(uint32_t dst, const void *src, bool live)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 4 : 0));
+}
+
 /* d = a b over one 16 x 8 x 32 E4M3 step from zero (F32). */
 __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
@@ -140,50 +151,97 @@ __global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
     const int cbeg = slice * p.chunks_per_slice;
     const int cend = min(p.chunks, cbeg + p.chunks_per_slice);
 
-    /* Copies chunk c into stage c % STAGES, zero-filled past N, M and K; commits one group always. */
-    auto issue = [&](int c) {
+    /* ---- Copies (cp.async) of the chunks. Everything that does not change from chunk to chunk
+     * (global row pointers, shared destinations, the row / M bounds) is computed here once, so a
+     * chunk's issue is pointer increments, one K bound and the copies: the main loop's budget at
+     * decode sizes is ~0.15 warp-instructions a weight (the kernel must be bound by weight bytes). */
+    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
+    /* weight codes: rows (tid >> 2) + 32 i, 16-byte chunk tid & 3 of the 64 bytes a row a chunk */
+    const int cch = tid & 3, crow = tid >> 2;
+    const uint8_t *cptr[4];
+    bool clive[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int n = rb * ROWS + crow + 32 * i;
+        clive[i] = n < p.N;
+        cptr[i] = p.codes + (clive[i] ? (int64_t)n * p.row_bytes : 0) + (int64_t)cbeg * (KC / 2) + cch * 16;
+    }
+    const uint32_t cdst = S::W + wswz(crow, cch); /* + 2048 i: rows 32 apart keep the swizzle */
+    /* weight scales of row tid: HiF4 the chunk's two words; MXFP4 the aligned word holding the
+     * chunk's 4 scale bytes (c * 4 is a multiple of 4, so the misalignment sb3 is the row's) and
+     * the next one when they cross it */
+    const int srow_n = rb * ROWS + tid;
+    const bool slive = srow_n < p.N;
+    const uint8_t *sptr;
+    int sb3 = 0;
+    if constexpr (HIF4) {
+        sptr = static_cast<const uint8_t *>(p.wscales) + ((slive ? (int64_t)srow_n : 0) * p.scale_cols + (int64_t)cbeg * UPC) * 4;
+    } else {
+        const int64_t nn = slive ? srow_n : 0;
+        const int64_t b = (p.tile ? (nn >> 5) : nn) * p.scale_cols + (int64_t)cbeg * UPC;
+        sb3 = (int)(b & 3);
+        sptr = static_cast<const uint8_t *>(p.wscales) + (b & ~(int64_t)3);
+    }
+    /* activations: NA copies of 16 bytes a thread (row q >> 3, chunk q & 7); NS scale words */
+    constexpr int ACOPIES = AROWS * 8, NA = (ACOPIES + THREADS - 1) / THREADS;
+    constexpr int SCOPIES = UPC * AROWS, NS = (SCOPIES + THREADS - 1) / THREADS;
+    const uint8_t *aptr[NA];
+    bool alive[NA];
+    int ak[NA];
+#pragma unroll
+    for (int i = 0; i < NA; i++) {
+        const int q = tid + i * THREADS, r = (q >> 3) % AROWS, m = m0 + r;
+        ak[i] = (q & 7) * 16;
+        alive[i] = (ACOPIES % THREADS == 0 || q < ACOPIES) && m < p.M;
+        aptr[i] = p.a8 + (alive[i] ? (int64_t)m * p.K : 0) + (int64_t)cbeg * KC + ak[i];
+    }
+    const float *saptr[NS];
+    bool salive[NS];
+    int saul[NS];
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+        const int q = tid + i * THREADS, ul = (q / AROWS) % UPC, r = q % AROWS, m = m0 + r;
+        saul[i] = ul;
+        salive[i] = (SCOPIES % THREADS == 0 || q < SCOPIES) && m < p.M;
+        saptr[i] = p.sa + (salive[i] ? ((int64_t)cbeg * UPC + ul) * p.lda + m : 0);
+    }
+    const int64_t sastep = (int64_t)UPC * p.lda;
+
+    /* Copies chunk c into the stage at byte offset wso, zero-filled past N, M and K; commits one
+     * group always. Called for c = cbeg, cbeg + 1, ... in order: each call advances the pointers. */
+    auto issue = [&](int c, uint32_t wso) {
         if (c < cend) {
-            uint8_t *st = smem + (c % STAGES) * S::BYTES;
-            const int k0 = c * KC;
+            const uint32_t st = sbase + wso;
+            const int kleft = p.K - c * KC;          /* > 0; >= KC but for a ragged last chunk */
+            const int uleft = units - c * UPC;       /* units of this chunk still inside K */
+            const bool kin = cch * 32 < kleft;
 #pragma unroll
-            for (int i = 0; i < 4; i++) { /* 128 rows x 4 chunks of 16 bytes */
-                const int q = tid + i * THREADS, r = q >> 2, ch = q & 3;
-                const int n = rb * ROWS + r, k = k0 + ch * 32;
-                const bool live = n < p.N && k < p.K;
-                cp_async16(st + S::W + wswz(r, ch), p.codes + (live ? (int64_t)n * p.row_bytes + k / 2 : 0), live);
+            for (int i = 0; i < 4; i++) {
+                cp_async16_s(st + cdst + 2048 * i, cptr[i], clive[i] && kin);
+                cptr[i] += KC / 2;
             }
-            {
-                const int r = tid, n = rb * ROWS + r;
-                const int64_t nn = n < p.N ? n : 0;
-                if constexpr (HIF4) {
-                    const uint32_t *wd = static_cast<const uint32_t *>(p.wscales) + nn * p.scale_cols;
+            if constexpr (HIF4) {
 #pragma unroll
-                    for (int ul = 0; ul < 2; ul++) {
-                        const int u = c * UPC + ul;
-                        const bool live = n < p.N && u < units;
-                        cp_async4(st + S::WS + r * 8 + ul * 4, wd + (live ? u : 0), live);
-                    }
-                } else {
-                    /* the row's scale bytes of units u0 .. u0 + nv - 1 lie in the aligned word at b & ~3
-                     * and, when they cross it, the next one (never past the last scale byte) */
-                    const uint8_t *sc = static_cast<const uint8_t *>(p.wscales);
-                    const int64_t b = (p.tile ? (nn >> 5) : nn) * p.scale_cols + c * UPC;
-                    const int nv = min(UPC, units - c * UPC);
-                    const uint8_t *wa = sc + (b & ~(int64_t)3);
-                    cp_async4(st + S::WS + r * 8, wa, n < p.N);
-                    const bool second = n < p.N && (int)(b & 3) + nv > 4;
-                    cp_async4(st + S::WS + r * 8 + 4, second ? wa + 4 : wa, second);
-                }
+                for (int ul = 0; ul < 2; ul++) cp_async4_s(st + S::WS + tid * 8 + ul * 4, sptr + ul * 4, slive && ul < uleft);
+                sptr += UPC * 4;
+            } else {
+                const int nv = min(UPC, uleft);
+                cp_async4_s(st + S::WS + tid * 8, sptr, slive);
+                cp_async4_s(st + S::WS + tid * 8 + 4, sptr + 4, slive && sb3 + nv > 4);
+                sptr += UPC;
             }
-            for (int q = tid; q < AROWS * 8; q += THREADS) { /* activation rows x 8 chunks of 16 bytes */
-                const int r = q >> 3, ch = q & 7, m = m0 + r, k = k0 + ch * 16;
-                const bool live = m < p.M && k < p.K;
-                cp_async16(st + S::A + aswz(r, ch), p.a8 + (live ? (int64_t)m * p.K + k : 0), live);
+#pragma unroll
+            for (int i = 0; i < NA; i++) {
+                const int q = tid + i * THREADS;
+                if (ACOPIES % THREADS == 0 || q < ACOPIES)
+                    cp_async16_s(st + S::A + aswz(q >> 3, q & 7), aptr[i], alive[i] && ak[i] < kleft);
+                aptr[i] += KC;
             }
-            for (int q = tid; q < UPC * AROWS; q += THREADS) {
-                const int ul = q / AROWS, r = q - ul * AROWS, m = m0 + r, u = c * UPC + ul;
-                const bool live = m < p.M && u < units;
-                cp_async4(st + S::AS + q * 4, p.sa + (live ? (int64_t)u * p.lda + m : 0), live);
+#pragma unroll
+            for (int i = 0; i < NS; i++) {
+                const int q = tid + i * THREADS;
+                if (SCOPIES % THREADS == 0 || q < SCOPIES) cp_async4_s(st + S::AS + q * 4, saptr[i], salive[i] && saul[i] < uleft);
+                saptr[i] += sastep;
             }
         }
         cp_async_commit();
@@ -198,48 +256,86 @@ __global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
             for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
 
 #pragma unroll
-    for (int i = 0; i < STAGES - 1; i++) issue(cbeg + i);
+    for (int i = 0; i < STAGES - 1; i++) issue(cbeg + i, (uint32_t)(((cbeg + i) % STAGES) * S::BYTES));
 
-    /* this thread's weight rows in the CTA: row (mt, hh) = warp * 32 + mt * 16 + hh * 8 + g */
+    /* This thread's shared-memory read offsets inside a stage, per unit of the chunk (the
+     * swizzles XOR the 16-byte chunk index, so they are computed once here; the weight rows
+     * (mt, hh) = warp * 32 + mt * 16 + hh * 8 + g all share one swizzle, as do the activation rows
+     * nt * 8 + g, so those become immediates). */
     const int wr0 = warp * 32 + g;
+    uint32_t cofs[UPC], aofs[UPC];
+#pragma unroll
+    for (int ul = 0; ul < UPC; ul++) {
+        if constexpr (HIF4) {
+            cofs[ul] = S::W + wswz(wr0, 2 * ul + (t >> 1)) + (t & 1) * 8;
+            aofs[ul] = S::A + aswz(g, 4 * ul + t);
+        } else {
+            cofs[ul] = S::W + wswz(wr0, ul) + t * 4;
+            aofs[ul] = S::A + aswz(g, 2 * ul + (t >> 1)) + (t & 1) * 8;
+        }
+    }
+    /* HiF4: where this thread's e8 bits (2t, 2t + 1) and e16 bits (4t .. 4t + 3) start in a word */
+    const uint32_t sh8 = FP4RL_HIF4_E8_SHIFT + 2 * t, sh16 = FP4RL_HIF4_E16_SHIFT + 4 * t;
+    /* MXFP4: the byte of unit ul of the chunk in a row's two scale words (sb3 of row r: the same
+     * for the rows (mt, hh) when 1D; per row when 2D tiles) */
+    int soff[2][2];
+    if constexpr (!HIF4) {
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int n = rb * ROWS + wr0 + mt * 16 + hh * 8;
+                const int64_t nn = n < p.N ? n : 0;
+                soff[mt][hh] = (int)((((p.tile ? (nn >> 5) : nn) * p.scale_cols + (int64_t)cbeg * UPC)) & 3);
+            }
+    }
+
+    uint32_t rso = (uint32_t)((cbeg % STAGES) * S::BYTES); /* the stage read this chunk */
     for (int c = cbeg; c < cend; c++) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();
-        issue(c + STAGES - 1);
-        const uint8_t *st = smem + (c % STAGES) * S::BYTES;
+        /* chunk c + 3 goes to the stage chunk c - 1 used, which every warp finished (barrier above) */
+        issue(c + STAGES - 1, rso == 0 ? (uint32_t)((STAGES - 1) * S::BYTES) : rso - S::BYTES);
+        const uint8_t *st = smem + rso;
+        rso = rso == (uint32_t)((STAGES - 1) * S::BYTES) ? 0u : rso + S::BYTES;
+        const int uleft = units - c * UPC;
 #pragma unroll
         for (int ul = 0; ul < UPC; ul++) {
-            if (c * UPC + ul >= units) break; /* uniform: units past K add nothing (the reference has none) */
+            if (ul > 0 && ul >= uleft) break; /* uniform: units past K add nothing (the reference has none) */
             uint32_t af[2][HIF4 ? 2 : 1][4]; /* [mt][k32 step][a0..a3] */
             float wsc[2][2];                 /* [mt][hh] unit scales of the weight rows */
+            const uint8_t *cw_base = st + cofs[ul];
+            const uint8_t *ws_base = st + S::WS + wr0 * 8;
 #pragma unroll
             for (int mt = 0; mt < 2; mt++)
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
-                    const int r = wr0 + mt * 16 + hh * 8;
+                    const int ro = mt * 16 + hh * 8; /* row offset from wr0 */
                     if constexpr (HIF4) {
-                        const uint2 cw = *reinterpret_cast<const uint2 *>(st + S::W + wswz(r, 2 * ul + (t >> 1)) + (t & 1) * 8);
-                        const uint32_t word = *reinterpret_cast<const uint32_t *>(st + S::WS + r * 8 + ul * 4);
+                        const uint2 cw = *reinterpret_cast<const uint2 *>(cw_base + ro * 64);
+                        const uint32_t word = *reinterpret_cast<const uint32_t *>(ws_base + ro * 8 + ul * 4);
                         wsc[mt][hh] = hif4_unit_scale(word);
-                        /* the increments of this thread's micro-blocks 4t + 2s + h: e8[2t + s] + e16[4t + 2s + h] */
-                        const uint32_t e8 = word >> (FP4RL_HIF4_E8_SHIFT + 2 * t), e16 = word >> (FP4RL_HIF4_E16_SHIFT + 4 * t);
+                        /* micro-block 4t + 2s + h's increment e8[2t + s] + e16[4t + 2s + h] enters its
+                         * tables as inc * 0x08080800 (lo) and inc * 0x08080808 (hi); with the bits
+                         * isolated in place (value bit << j) the multiplier is shifted right by j
+                         * instead, and the e8 part is shared by the word's two micro-blocks */
+                        const uint32_t x8 = word >> sh8, x16 = word >> sh16;
 #pragma unroll
                         for (int s = 0; s < 2; s++) {
                             const uint32_t w = s ? cw.y : cw.x, sel = w & 0x77777777u;
                             uint32_t sg_lo, sg_hi;
                             signs8(w, sg_lo, sg_hi);
-                            const uint32_t i0 = ((e8 >> s) & 1u) + ((e16 >> (2 * s)) & 1u);
-                            const uint32_t i1 = ((e8 >> s) & 1u) + ((e16 >> (2 * s + 1)) & 1u);
-                            af[mt][s][hh] = enc4(HIF4_LO + i0 * 0x08080800u, HIF4_HI + i0 * 0x08080808u, sel, sg_lo);
-                            af[mt][s][2 + hh] = enc4(HIF4_LO + i1 * 0x08080800u, HIF4_HI + i1 * 0x08080808u, sel >> 16, sg_hi);
+                            const uint32_t a = x8 & (1u << s);
+                            const uint32_t lo_s = HIF4_LO + a * (0x08080800u >> s), hi_s = HIF4_HI + a * (0x08080808u >> s);
+                            const uint32_t b0 = x16 & (1u << (2 * s)), b1 = x16 & (2u << (2 * s));
+                            af[mt][s][hh] = enc4(lo_s + b0 * (0x08080800u >> (2 * s)), hi_s + b0 * (0x08080808u >> (2 * s)), sel, sg_lo);
+                            af[mt][s][2 + hh] =
+                                enc4(lo_s + b1 * (0x08080800u >> (2 * s + 1)), hi_s + b1 * (0x08080808u >> (2 * s + 1)), sel >> 16, sg_hi);
                         }
                     } else {
-                        const uint32_t w = *reinterpret_cast<const uint32_t *>(st + S::W + wswz(r, ul) + t * 4);
-                        const uint2 sp = *reinterpret_cast<const uint2 *>(st + S::WS + r * 8);
-                        const int n = rb * ROWS + r;
-                        const int64_t nn = n < p.N ? n : 0;
-                        const int off = (int)((((p.tile ? (nn >> 5) : nn) * p.scale_cols + c * UPC) & 3) + ul);
-                        const uint8_t sb = (uint8_t)(__byte_perm(sp.x, sp.y, (uint32_t)off) & 0xffu);
+                        const uint32_t w = *reinterpret_cast<const uint32_t *>(cw_base + ro * 64);
+                        const uint2 sp = *reinterpret_cast<const uint2 *>(ws_base + ro * 8);
+                        const uint8_t sb = (uint8_t)(__byte_perm(sp.x, sp.y, (uint32_t)(soff[mt][hh] + ul)) & 0xffu);
                         wsc[mt][hh] = fp4rl_e8m0_decode(sb) * 0.5f;
                         uint32_t sg_lo, sg_hi;
                         signs8(w, sg_lo, sg_hi);
@@ -248,20 +344,22 @@ __global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
                         af[mt][0][2 + hh] = enc4(MX_LO, MX_HI, sel >> 16, sg_hi);
                     }
                 }
+            const uint8_t *a_base = st + aofs[ul];
+            const float *as_base = reinterpret_cast<const float *>(st + S::AS) + ul * AROWS + 2 * t;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const int ar = nt * 8 + g; /* B fragment: activation row ar */
+                /* B fragment: activation row nt * 8 + g (rows 8 apart share the swizzle) */
                 uint32_t b[HIF4 ? 2 : 1][2];
                 if constexpr (HIF4) {
-                    const uint4 v = *reinterpret_cast<const uint4 *>(st + S::A + aswz(ar, 4 * ul + t));
+                    const uint4 v = *reinterpret_cast<const uint4 *>(a_base + nt * 8 * KC);
                     b[0][0] = v.x, b[0][1] = v.y, b[HIF4 ? 1 : 0][0] = v.z, b[HIF4 ? 1 : 0][1] = v.w;
                 } else {
-                    const uint2 v = *reinterpret_cast<const uint2 *>(st + S::A + aswz(ar, 2 * ul + (t >> 1)) + (t & 1) * 8);
+                    const uint2 v = *reinterpret_cast<const uint2 *>(a_base + nt * 8 * KC);
                     b[0][0] = v.x, b[0][1] = v.y;
                 }
                 /* C columns 2t, 2t + 1 of the tile: activation rows nt * 8 + 2t + j */
-                const float *asc = reinterpret_cast<const float *>(st + S::AS) + ul * AROWS + nt * 8 + 2 * t;
-                const float sa0 = asc[0], sa1 = asc[1];
+                const float2 sa2 = *reinterpret_cast<const float2 *>(as_base + nt * 8);
+                const float sa0 = sa2.x, sa1 = sa2.y;
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
                     float q[4];

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Static main-loop instruction count of CUDA kernels (SASS), for the decode GEMM's budget.
+
+Usage: tools/sass_loop_count.py FILE.o|FILE.cubin [NAME_SUBSTRING ...] [--mix N] [--weights-per-hmma W]
+
+Runs `cuobjdump -sass` on FILE (cuobjdump must be on PATH, or set CUOBJDUMP), and for every
+kernel whose mangled or demangled (c++filt, when present) name contains every NAME_SUBSTRING,
+finds the main loop: of the regions [target, branch] closed by a backward branch (BRA to a lower
+address) that contain an HMMA, the one with the most instructions. Prints its instruction count
+(NOPs excluded), the HMMA count, instructions per weight (each HMMA covers W weights of the
+weight operand; 256 for the d8 kernels: one m16n8k32 e4m3 mma.sync is two HMMA.16816 on sm_90
+and covers 16 x 32 = 512 weights) and the opcode mix (the opcode without its modifiers).
+
+Example (the d8 kernel, HiF4, M <= 8, FP32 C):
+  tools/sass_loop_count.py build/cuda90/CMakeFiles/fp4rl_objects.dir/cuda/decode_fp8.cu.o 'd8_kernel<64, 1, float>'
+"""
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+INSN = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+FUNC = re.compile(r"^\s*Function\s*:\s*(\S+)")
+BRA = re.compile(r"\bBRA\b(?:\.\S+)?\s+(?:`\(\S+\)|0x([0-9a-f]+))")
+
+
+def demangle(names):
+    tool = shutil.which("c++filt") or shutil.which("cu++filt")
+    if not tool or not names:
+        return {n: n for n in names}
+    out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
+    return {n: (out[i] if i < len(out) and out[i] else n) for i, n in enumerate(names)}
+
+
+def parse(sass):
+    """{mangled name: [(address, text)]} in address order."""
+    funcs, cur = {}, None
+    for line in sass.splitlines():
+        m = FUNC.match(line)
+        if m:
+            cur = funcs.setdefault(m.group(1), [])
+            continue
+        m = INSN.match(line)
+        if m and cur is not None:
+            cur.append((int(m.group(1), 16), m.group(2)))
+    return funcs
+
+
+def opcode(text):
+    t = re.sub(r"^@!?U?P[0-9T]+\s+", "", text)  # predicate guard
+    return t.split()[0].split(".")[0] if t else ""
+
+
+def main_loop(insns):
+    """(lo, hi) addresses of the largest backward-branch region holding an HMMA, or None."""
+    best = None
+    addrs = [a for a, _ in insns]
+    for a, text in insns:
+        m = BRA.search(text)
+        if not m or not m.group(1):
+            continue
+        tgt = int(m.group(1), 16)
+        if tgt > a:
+            continue
+        body = [t for b, t in insns if tgt <= b <= a]
+        if not any(opcode(t) == "HMMA" for t in body):
+            continue
+        n = sum(1 for t in body if opcode(t) != "NOP")
+        if best is None or n > best[2]:
+            best = (tgt, a, n)
+    del addrs
+    return best
+
+
+def main(argv):
+    args = [a for a in argv[1:]]
+    mix_n, wph = 16, 256
+    if "--mix" in args:
+        i = args.index("--mix")
+        mix_n = int(args[i + 1])
+        del args[i : i + 2]
+    if "--weights-per-hmma" in args:
+        i = args.index("--weights-per-hmma")
+        wph = int(args[i + 1])
+        del args[i : i + 2]
+    if not args:
+        print(__doc__, file=sys.stderr)
+        return 2
+    path, subs = args[0], args[1:]
+    tool = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
+    if not tool:
+        print("cuobjdump not found (PATH or CUOBJDUMP)", file=sys.stderr)
+        return 2
+    sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True).stdout
+    funcs = parse(sass)
+    names = demangle(list(funcs))
+    hits = 0
+    for mangled, insns in funcs.items():
+        full = names[mangled]
+        if not all(s in mangled or s in full for s in subs):
+            continue
+        loop = main_loop(insns)
+        hits += 1
+        print(full)
+        if not loop:
+            print("  no backward-branch region with HMMA")
+            continue
+        lo, hi, n = loop
+        body = [t for a, t in insns if lo <= a <= hi and opcode(t) != "NOP"]
+        mix = collections.Counter(opcode(t) for t in body)
+        hmma = mix.get("HMMA", 0)
+        print(f"  loop 0x{lo:04x}..0x{hi:04x}: {n} instructions, {hmma} HMMA, "
+              f"{n / hmma:.1f} per HMMA, {n / (hmma * wph):.3f} per weight ({wph} weights a HMMA)")
+        print("  mix: " + ", ".join(f"{k} {v}" for k, v in mix.most_common(mix_n)))
+    if not hits:
+        print("no kernel matches " + " ".join(repr(s) for s in subs), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
