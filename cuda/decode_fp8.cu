@@ -131,6 +131,17 @@ __device__ __forceinline__ float hif4_unit_scale(uint32_t w)
     return fp4rl_hif4_word_base_bits(w) == FP4RL_HIF4_NAN_WORD ? fp4rl_bits_f32(0x7fc00000u) : fp4rl_hif4_word_base(w) * 0.25f;
 }
 
+/* The same scale from the bits, branch-free (the main loop decodes one a weight row a unit):
+ * base / 4 = (1 + m/4) 2^(e - 50) for the E6M2 byte s = e << 2 | m (e <= 63) is a normal float
+ * with exponent field e + 77, so its bits are (s << 21) + (77 << 23) (checked for every byte
+ * against hif4_unit_scale). (MXFP4's fp4rl_e8m0_decode(s) * 0.5f stays: bit forms of it were
+ * no shorter in the loop's SASS.) */
+__device__ __forceinline__ float hif4_unit_scale_bits(uint32_t w)
+{
+    static_assert(FP4RL_E6M2_BIAS == 48 && FP4RL_HIF4_BASE_MASK == 0xFFu, "the E6M2 base layout");
+    const uint32_t s = w & FP4RL_HIF4_BASE_MASK;
+    return fp4rl_bits_f32(s == FP4RL_HIF4_NAN_WORD ? 0x7fc00000u : (s << 21) + (77u << 23));
+}
 /* acc = acc + p * (sa * sw): the reference's promotion, as separate IEEE operations. */
 __device__ __forceinline__ float promote(float acc, float p, float sa, float sw) { return __fadd_rn(acc, __fmul_rn(p, __fmul_rn(sa, sw))); }
 
@@ -314,7 +325,7 @@ __global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
                     if constexpr (HIF4) {
                         const uint2 cw = *reinterpret_cast<const uint2 *>(cw_base + ro * 64);
                         const uint32_t word = *reinterpret_cast<const uint32_t *>(ws_base + ro * 8 + ul * 4);
-                        wsc[mt][hh] = hif4_unit_scale(word);
+                        wsc[mt][hh] = hif4_unit_scale_bits(word);
                         /* micro-block 4t + 2s + h's increment e8[2t + s] + e16[4t + 2s + h] enters its
                          * tables as inc * 0x08080800 (lo) and inc * 0x08080808 (hi); with the bits
                          * isolated in place (value bit << j) the multiplier is shifted right by j
