@@ -8,8 +8,10 @@ kernel whose mangled or demangled (c++filt, when present) name contains every NA
 finds the main loop: of the regions [target, branch] closed by a backward branch (BRA to a lower
 address) that contain an HMMA, the one with the most instructions. Prints its instruction count
 (NOPs excluded), the HMMA count, instructions per weight (each HMMA covers W weights of the
-weight operand; 256 for the d8 kernels: one m16n8k32 e4m3 mma.sync is two HMMA.16816 on sm_90
-and covers 16 x 32 = 512 weights) and the opcode mix (the opcode without its modifiers).
+weight operand: one m16n8k32 e4m3 mma.sync is two HMMA.16816 on sm_90 and covers 16 x 32 = 512
+weights once per n8 tile of activation rows, so a d8_kernel<U, T, C> of T tiles reads 256 / T
+weights a HMMA - taken from the name unless --weights-per-hmma says otherwise) and the opcode mix
+(the opcode without its modifiers).
 
 Example (the d8 kernel, HiF4, M <= 8, FP32 C):
   tools/sass_loop_count.py build/cuda90/CMakeFiles/fp4rl_objects.dir/cuda/decode_fp8.cu.o 'd8_kernel<64, 1, float>'
@@ -76,14 +78,14 @@ def main_loop(insns):
 
 def main(argv):
     args = [a for a in argv[1:]]
-    mix_n, wph = 16, 256
+    mix_n, wph = 16, None
     if "--mix" in args:
         i = args.index("--mix")
         mix_n = int(args[i + 1])
         del args[i : i + 2]
     if "--weights-per-hmma" in args:
         i = args.index("--weights-per-hmma")
-        wph = int(args[i + 1])
+        wph = float(args[i + 1])
         del args[i : i + 2]
     if not args:
         print(__doc__, file=sys.stderr)
@@ -111,8 +113,10 @@ def main(argv):
         body = [t for a, t in insns if lo <= a <= hi and opcode(t) != "NOP"]
         mix = collections.Counter(opcode(t) for t in body)
         hmma = mix.get("HMMA", 0)
+        tiles = re.search(r"d8_kernel<\s*\d+,\s*(\d+)", full)
+        w = wph if wph else 256 / int(tiles.group(1)) if tiles else 256  # the weight fragment serves every n8 tile
         print(f"  loop 0x{lo:04x}..0x{hi:04x}: {n} instructions, {hmma} HMMA, "
-              f"{n / hmma:.1f} per HMMA, {n / (hmma * wph):.3f} per weight ({wph} weights a HMMA)")
+              f"{n / hmma:.1f} per HMMA, {n / (hmma * w):.3f} per weight ({w:g} weights a HMMA)")
         print("  mix: " + ", ".join(f"{k} {v}" for k, v in mix.most_common(mix_n)))
     if not hits:
         print("no kernel matches " + " ".join(repr(s) for s in subs), file=sys.stderr)
