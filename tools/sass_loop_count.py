@@ -3,7 +3,9 @@
 
 Usage: tools/sass_loop_count.py FILE.o|FILE.cubin [NAME_SUBSTRING ...] [--mix N] [--weights-per-hmma W]
 
-Runs `cuobjdump -sass` on FILE (cuobjdump must be on PATH, or set CUOBJDUMP), and for every
+Runs `cuobjdump -sass` on FILE (cuobjdump, and the nvdisasm it calls, must be on PATH, or set
+CUOBJDUMP; where the CUDA install lacks them: `pip install --target D nvidia-cuda-cuobjdump
+nvidia-cuda-nvdisasm`, then PATH=D/nvidia/cu13/bin:$PATH), and for every
 kernel whose mangled or demangled (c++filt, when present) name contains every NAME_SUBSTRING,
 finds the main loop: of the regions [target, branch] closed by a backward branch (BRA to a lower
 address) that contain an HMMA, the one with the most instructions. Prints its instruction count
