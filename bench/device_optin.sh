@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of the opt-in kernels (bench/pending/README.md) and their speed, in one device call
 # (~4-5 minutes), from one package made here and carried:
-#   DEVPACK_DIR=.devrun-b bash tools/devpack.sh build/cuda90/tests/{test_decode_fp8,test_ops_parity,test_rollout_graphs} \
+#   DEVPACK_DIR=.devrun-b bash tools/devpack.sh build/cuda90/tests/{test_decode_fp8,test_ops_parity,test_rollout_graphs,test_rollout_fast} \
 #     build/cuda90/bench/{fp4rl_bench,fp4rl_scale_bench}
 # 1. test_decode_fp8 (quick), test_ops_parity, test_rollout_graphs with every switch on (the tests set
 #    them too); 2. the quick d8 test under compute-sanitizer memcheck; 3. fp4rl_bench d8 (the W4A4
@@ -26,7 +26,7 @@ export LD_LIBRARY_PATH=/tmp/optin/pkg/lib:$lt OPENBLAS_NUM_THREADS=1 FP4RL_FIXTU
 ON="FP4RL_ATTN_SPLIT=1 FP4RL_ACT_QDQ4=1 FP4RL_RESQ_HALVES=1 FP4RL_ROLLOUT_W4=1"
 left() { echo $((budget - SECONDS > 5 ? budget - SECONDS : 5)); }
 nvidia-smi --query-gpu=name --format=csv,noheader
-for t in test_decode_fp8:40 test_ops_parity:60 test_rollout_graphs:90; do
+for t in test_decode_fp8:40 test_ops_parity:60 test_rollout_graphs:90 test_rollout_fast:90; do
   n=${t%%:*}
   [ -x $bin/$n ] || { echo "$n: not packed"; continue; }
   (cd /tmp && env $ON timeout ${t#*:} $bin/$n) > $L/$n.log 2>&1
