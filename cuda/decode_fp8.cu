@@ -145,86 +145,97 @@ __device__ __forceinline__ float hif4_unit_scale_bits(uint32_t w)
 /* acc = acc + p * (sa * sw): the reference's promotion, as separate IEEE operations. */
 __device__ __forceinline__ float promote(float acc, float p, float sa, float sw) { return __fadd_rn(acc, __fmul_rn(p, __fmul_rn(sa, sw))); }
 
-template <int U, int NT, typename TC>
-__global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
+/* Where 16-byte chunk c (0..7) of activation row r of a chunk lands in a stage (from Stage::A): the
+ * mma.sync kernel's swizzle (WG false), or for the wgmma kernel (WG true) wgmma's no-swizzle
+ * K-major layout of its B operand, chunk-major [c][row][16 bytes], so that each core matrix (8
+ * rows x 16 bytes of k) is 128 contiguous bytes: a k32 step is chunks 2s, 2s + 1, AROWS * 16
+ * bytes apart (the descriptor's leading byte offset), 8-row groups 128 bytes apart (its stride
+ * byte offset). */
+template <int NT, bool WG>
+__device__ __forceinline__ int a_dst(int r, int c)
 {
+    return WG ? (c * NT * 8 + r) * 16 : aswz(r, c);
+}
+
+/* The cp.async copies of the chunks of one CTA (both kernels: 128 threads, 128 weight rows, NT * 8
+ * activation rows). Everything that does not change from chunk to chunk (global row pointers,
+ * shared destinations, the row / M bounds) is computed once by the constructor, so a chunk's
+ * issue is pointer increments, one K bound and the copies: the mma.sync kernel's main-loop budget
+ * at decode sizes is ~0.15 warp-instructions a weight (it must be bound by weight bytes). */
+template <int U, int NT, bool WG>
+struct D8Copies {
     using S = Stage<NT>;
-    constexpr bool HIF4 = U == 64;
-    constexpr int UPC = KC / U; /* units a chunk: 2 or 4 */
-    constexpr int AROWS = NT * 8;
-    extern __shared__ __align__(16) uint8_t smem[];
-    __shared__ int last;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int rb = blockIdx.x / p.slices, slice = blockIdx.x - rb * p.slices;
-    const int m0 = blockIdx.y * MCHUNK;
-    const int units = p.K / U;
-
-    const int cbeg = slice * p.chunks_per_slice;
-    const int cend = min(p.chunks, cbeg + p.chunks_per_slice);
-
-    /* ---- Copies (cp.async) of the chunks. Everything that does not change from chunk to chunk
-     * (global row pointers, shared destinations, the row / M bounds) is computed here once, so a
-     * chunk's issue is pointer increments, one K bound and the copies: the main loop's budget at
-     * decode sizes is ~0.15 warp-instructions a weight (the kernel must be bound by weight bytes). */
-    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
-    /* weight codes: rows (tid >> 2) + 32 i, 16-byte chunk tid & 3 of the 64 bytes a row a chunk */
-    const int cch = tid & 3, crow = tid >> 2;
+    static constexpr bool HIF4 = U == 64;
+    static constexpr int UPC = KC / U; /* units a chunk: 2 or 4 */
+    static constexpr int AROWS = NT * 8;
+    /* activations: NA copies of 16 bytes a thread (row q >> 3, chunk q & 7); NS scale words */
+    static constexpr int ACOPIES = AROWS * 8, NA = (ACOPIES + THREADS - 1) / THREADS;
+    static constexpr int SCOPIES = UPC * AROWS, NS = (SCOPIES + THREADS - 1) / THREADS;
+    uint32_t sbase, cdst;
+    int tid, cch, cend, units, sb3 = 0;
     const uint8_t *cptr[4];
     bool clive[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int n = rb * ROWS + crow + 32 * i;
-        clive[i] = n < p.N;
-        cptr[i] = p.codes + (clive[i] ? (int64_t)n * p.row_bytes : 0) + (int64_t)cbeg * (KC / 2) + cch * 16;
-    }
-    const uint32_t cdst = S::W + wswz(crow, cch); /* + 2048 i: rows 32 apart keep the swizzle */
-    /* weight scales of row tid: HiF4 the chunk's two words; MXFP4 the aligned word holding the
-     * chunk's 4 scale bytes (c * 4 is a multiple of 4, so the misalignment sb3 is the row's) and
-     * the next one when they cross it */
-    const int srow_n = rb * ROWS + tid;
-    const bool slive = srow_n < p.N;
+    bool slive;
     const uint8_t *sptr;
-    int sb3 = 0;
-    if constexpr (HIF4) {
-        sptr = static_cast<const uint8_t *>(p.wscales) + ((slive ? (int64_t)srow_n : 0) * p.scale_cols + (int64_t)cbeg * UPC) * 4;
-    } else {
-        const int64_t nn = slive ? srow_n : 0;
-        const int64_t b = (p.tile ? (nn >> 5) : nn) * p.scale_cols + (int64_t)cbeg * UPC;
-        sb3 = (int)(b & 3);
-        sptr = static_cast<const uint8_t *>(p.wscales) + (b & ~(int64_t)3);
-    }
-    /* activations: NA copies of 16 bytes a thread (row q >> 3, chunk q & 7); NS scale words */
-    constexpr int ACOPIES = AROWS * 8, NA = (ACOPIES + THREADS - 1) / THREADS;
-    constexpr int SCOPIES = UPC * AROWS, NS = (SCOPIES + THREADS - 1) / THREADS;
     const uint8_t *aptr[NA];
     bool alive[NA];
     int ak[NA];
-#pragma unroll
-    for (int i = 0; i < NA; i++) {
-        const int q = tid + i * THREADS, r = (q >> 3) % AROWS, m = m0 + r;
-        ak[i] = (q & 7) * 16;
-        alive[i] = (ACOPIES % THREADS == 0 || q < ACOPIES) && m < p.M;
-        aptr[i] = p.a8 + (alive[i] ? (int64_t)m * p.K : 0) + (int64_t)cbeg * KC + ak[i];
-    }
     const float *saptr[NS];
     bool salive[NS];
     int saul[NS];
-#pragma unroll
-    for (int i = 0; i < NS; i++) {
-        const int q = tid + i * THREADS, ul = (q / AROWS) % UPC, r = q % AROWS, m = m0 + r;
-        saul[i] = ul;
-        salive[i] = (SCOPIES % THREADS == 0 || q < SCOPIES) && m < p.M;
-        saptr[i] = p.sa + (salive[i] ? ((int64_t)cbeg * UPC + ul) * p.lda + m : 0);
-    }
-    const int64_t sastep = (int64_t)UPC * p.lda;
+    int64_t sastep;
 
-    /* Copies chunk c into the stage at byte offset wso, zero-filled past N, M and K; commits one
-     * group always. Called for c = cbeg, cbeg + 1, ... in order: each call advances the pointers. */
-    auto issue = [&](int c, uint32_t wso) {
+    __device__ __forceinline__ D8Copies(const D8 &p, int rb, int m0, int cbeg, int cend_, int tid_, uint32_t sbase_)
+        : sbase(sbase_), tid(tid_), cch(tid_ & 3), cend(cend_), units(p.K / U)
+    {
+        /* weight codes: rows (tid >> 2) + 32 i, 16-byte chunk tid & 3 of the 64 bytes a row a chunk */
+        const int crow = tid >> 2;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int n = rb * ROWS + crow + 32 * i;
+            clive[i] = n < p.N;
+            cptr[i] = p.codes + (clive[i] ? (int64_t)n * p.row_bytes : 0) + (int64_t)cbeg * (KC / 2) + cch * 16;
+        }
+        cdst = S::W + wswz(crow, cch); /* + 2048 i: rows 32 apart keep the swizzle */
+        /* weight scales of row tid: HiF4 the chunk's two words; MXFP4 the aligned word holding the
+         * chunk's 4 scale bytes (c * 4 is a multiple of 4, so the misalignment sb3 is the row's) and
+         * the next one when they cross it */
+        const int srow_n = rb * ROWS + tid;
+        slive = srow_n < p.N;
+        if constexpr (HIF4) {
+            sptr = static_cast<const uint8_t *>(p.wscales) + ((slive ? (int64_t)srow_n : 0) * p.scale_cols + (int64_t)cbeg * UPC) * 4;
+        } else {
+            const int64_t nn = slive ? srow_n : 0;
+            const int64_t b = (p.tile ? (nn >> 5) : nn) * p.scale_cols + (int64_t)cbeg * UPC;
+            sb3 = (int)(b & 3);
+            sptr = static_cast<const uint8_t *>(p.wscales) + (b & ~(int64_t)3);
+        }
+#pragma unroll
+        for (int i = 0; i < NA; i++) {
+            const int q = tid + i * THREADS, r = (q >> 3) % AROWS, m = m0 + r;
+            ak[i] = (q & 7) * 16;
+            alive[i] = (ACOPIES % THREADS == 0 || q < ACOPIES) && m < p.M;
+            aptr[i] = p.a8 + (alive[i] ? (int64_t)m * p.K : 0) + (int64_t)cbeg * KC + ak[i];
+        }
+#pragma unroll
+        for (int i = 0; i < NS; i++) {
+            const int q = tid + i * THREADS, ul = (q / AROWS) % UPC, r = q % AROWS, m = m0 + r;
+            saul[i] = ul;
+            salive[i] = (SCOPIES % THREADS == 0 || q < SCOPIES) && m < p.M;
+            saptr[i] = p.sa + (salive[i] ? ((int64_t)cbeg * UPC + ul) * p.lda + m : 0);
+        }
+        sastep = (int64_t)UPC * p.lda;
+    }
+
+    /* Copies chunk c into the stage at byte offset wso, zero-filled past N, M and K (activation
+     * rows past M are zeros, never read); commits one group always. Called for c = cbeg, cbeg + 1,
+     * ... in order: each call advances the pointers. */
+    __device__ __forceinline__ void issue(const D8 &p, int c, uint32_t wso)
+    {
         if (c < cend) {
             const uint32_t st = sbase + wso;
-            const int kleft = p.K - c * KC;          /* > 0; >= KC but for a ragged last chunk */
-            const int uleft = units - c * UPC;       /* units of this chunk still inside K */
+            const int kleft = p.K - c * KC;    /* > 0; >= KC but for a ragged last chunk */
+            const int uleft = units - c * UPC; /* units of this chunk still inside K */
             const bool kin = cch * 32 < kleft;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -245,7 +256,7 @@ __global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
             for (int i = 0; i < NA; i++) {
                 const int q = tid + i * THREADS;
                 if (ACOPIES % THREADS == 0 || q < ACOPIES)
-                    cp_async16_s(st + S::A + aswz(q >> 3, q & 7), aptr[i], alive[i] && ak[i] < kleft);
+                    cp_async16_s(st + S::A + a_dst<NT, WG>(q >> 3, q & 7), aptr[i], alive[i] && ak[i] < kleft);
                 aptr[i] += KC;
             }
 #pragma unroll
@@ -256,7 +267,84 @@ __global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
             }
         }
         cp_async_commit();
+    }
+};
+
+/* The end of a CTA, both kernels: C (one slice), or this slice's partials to ws[slice][m][n] and,
+ * in the last CTA of the (row block, M chunk) to arrive, the slices' sum in slice order
+ * (independent of timing). acc[mt][nt][i] is the output at weight row rb * ROWS + row0[mt] +
+ * (i >> 1) * 8, activation row m0 + nt * 8 + 2t + (i & 1): the C fragment of mma.sync m16n8 and
+ * of wgmma m64nN alike, the kernels' warps differing only in row0. */
+template <int NT, typename TC>
+__device__ __forceinline__ void d8_finish(const D8 &p, const float (&acc)[2][NT][4], const int (&row0)[2], int rb, int slice, int m0, int t,
+                                          int tid, int &last)
+{
+    auto store = [&](int m, int n, float v) {
+        if (sizeof(TC) == 2) reinterpret_cast<uint16_t *>(p.c)[(int64_t)m * p.ldc + n] = fp4rl_f32_to_bf16(v);
+        else reinterpret_cast<float *>(p.c)[(int64_t)m * p.ldc + n] = v;
     };
+    if (p.slices == 1) {
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int n = rb * ROWS + row0[mt] + (i >> 1) * 8, m = m0 + nt * 8 + 2 * t + (i & 1);
+                    if (m < p.M && n < p.N) store(m, n, acc[mt][nt][i]);
+                }
+        return;
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int n = rb * ROWS + row0[mt] + (i >> 1) * 8, m = m0 + nt * 8 + 2 * t + (i & 1);
+                if (m < p.M && n < p.N) p.ws[((int64_t)slice * p.M + m) * p.N + n] = acc[mt][nt][i];
+            }
+    __threadfence();
+    __syncthreads();
+    const int ctr = rb * gridDim.y + blockIdx.y;
+    if (tid == 0) {
+        const unsigned prev = atomicAdd(&p.counters[ctr], 1u);
+        last = prev == (unsigned)p.slices - 1;
+        if (last) p.counters[ctr] = 0; /* zero again for the next launch */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int mrows = min(MCHUNK, p.M - m0);
+    for (int idx = tid; idx < ROWS * mrows; idx += THREADS) {
+        const int m = m0 + idx / ROWS, n = rb * ROWS + idx % ROWS;
+        if (n >= p.N) continue;
+        float sum = 0.0f;
+        for (int s = 0; s < p.slices; s++) sum = __fadd_rn(sum, __ldcg(&p.ws[((int64_t)s * p.M + m) * p.N + n]));
+        store(m, n, sum);
+    }
+}
+
+template <int U, int NT, typename TC>
+__global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
+{
+    using S = Stage<NT>;
+    constexpr bool HIF4 = U == 64;
+    constexpr int UPC = KC / U; /* units a chunk: 2 or 4 */
+    constexpr int AROWS = NT * 8;
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ int last;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int rb = blockIdx.x / p.slices, slice = blockIdx.x - rb * p.slices;
+    const int m0 = blockIdx.y * MCHUNK;
+    const int units = p.K / U;
+
+    const int cbeg = slice * p.chunks_per_slice;
+    const int cend = min(p.chunks, cbeg + p.chunks_per_slice);
+
+    /* ---- Copies (cp.async) of the chunks (D8Copies: set up once, then one issue a chunk). */
+    D8Copies<U, NT, false> copies(p, rb, m0, cbeg, cend, tid, (uint32_t)__cvta_generic_to_shared(smem));
+    auto issue = [&](int c, uint32_t wso) { copies.issue(p, c, wso); };
 
     float acc[2][NT][4];
 #pragma unroll
@@ -391,53 +479,8 @@ __global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
         }
     }
     cp_async_wait<0>();
-
-    auto store = [&](int m, int n, float v) {
-        if (sizeof(TC) == 2) reinterpret_cast<uint16_t *>(p.c)[(int64_t)m * p.ldc + n] = fp4rl_f32_to_bf16(v);
-        else reinterpret_cast<float *>(p.c)[(int64_t)m * p.ldc + n] = v;
-    };
-    if (p.slices == 1) {
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int n = rb * ROWS + wr0 + mt * 16 + (i >> 1) * 8, m = m0 + nt * 8 + 2 * t + (i & 1);
-                    if (m < p.M && n < p.N) store(m, n, acc[mt][nt][i]);
-                }
-        return;
-    }
-    /* split-K: this slice's partials to ws[slice][m][n]; the last CTA of the (row block, M chunk)
-     * to arrive adds the slices in slice order (independent of timing) */
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int n = rb * ROWS + wr0 + mt * 16 + (i >> 1) * 8, m = m0 + nt * 8 + 2 * t + (i & 1);
-                if (m < p.M && n < p.N) p.ws[((int64_t)slice * p.M + m) * p.N + n] = acc[mt][nt][i];
-            }
-    __threadfence();
-    __syncthreads();
-    const int ctr = rb * gridDim.y + blockIdx.y;
-    if (tid == 0) {
-        const unsigned prev = atomicAdd(&p.counters[ctr], 1u);
-        last = prev == (unsigned)p.slices - 1;
-        if (last) p.counters[ctr] = 0; /* zero again for the next launch */
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int mrows = min(MCHUNK, p.M - m0);
-    for (int idx = tid; idx < ROWS * mrows; idx += THREADS) {
-        const int m = m0 + idx / ROWS, n = rb * ROWS + idx % ROWS;
-        if (n >= p.N) continue;
-        float sum = 0.0f;
-        for (int s = 0; s < p.slices; s++) sum = __fadd_rn(sum, __ldcg(&p.ws[((int64_t)s * p.M + m) * p.N + n]));
-        store(m, n, sum);
-    }
+    const int row0[2] = {wr0, wr0 + 16}; /* warp * 32 + mt * 16 + g */
+    d8_finish<NT, TC>(p, acc, row0, rb, slice, m0, t, tid, last);
 }
 
 template <int U, int NT, typename TC>
