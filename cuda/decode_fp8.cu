@@ -30,6 +30,7 @@
 #include "format/qdq_block.h"
 #include "gemm_fp8.h"
 #include "mma_common.cuh"
+#include "wgmma_common.cuh"
 
 using namespace fp4rl_cuda_mma;
 
@@ -483,23 +484,223 @@ __global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
     d8_finish<NT, TC>(p, acc, row0, rb, slice, m0, t, tid, last);
 }
 
+/* ---- The wgmma variant (FP4RL_D8_WGMMA=1, sm_90a): mma.sync E4M3 on sm_90 is FP16 HMMA after an
+ * unpack (static SASS study), only wgmma runs FP8 at Hopper's FP8 rate. Same CTA (128 threads, 128
+ * weight rows, NT * 8 activation rows), copies, ring and epilogue as d8_kernel; the one warpgroup
+ * runs the row block as two m64 tiles (mt) one after the other: weight rows mt * 64 + 16 w + g
+ * (+ 8) in warp w. Per unit and tile: the unit's k32 steps (HiF4 2, MXFP4 1), each one
+ * m64n(8 NT)k32 wgmma from zero into its own registers (A: the dequantised weights, built in
+ * registers as d8_kernel builds them; B: the activations from the stage), commit, wait for all,
+ * then the promotion acc = acc + p * (sa * sw) in K order with `promote` (p = p0 + p1 exact:
+ * integers < 2^16), so one K slice gives d8_kernel's bits. The wait before the promotion also
+ * keeps the A registers unmodified while the wgmma reads them (the next tile's dequantisation
+ * writes them only after it).
+ * The k order is natural here (wgmma's B comes from shared memory in the hardware's order, no
+ * per-thread permutation as d8_kernel's B fragments allow): step s of a unit is k 32 s .. 32 s +
+ * 31 = one 16-byte piece of a weight row's codes, of which thread t needs bytes 2t, 2t + 1 (k 4t ..
+ * 4t + 3: a0 / a1) and 8 + 2t, 9 + 2t (k 16 + 4t ..: a2 / a3), read as two 16-bit loads and joined
+ * into one word of 8 codes for the same byte-permute dequantisation. */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+using namespace fp4rl_cuda_wg;
+
+/* d = A B from zero (scale-d 0: the old d is ignored), one m64n(8 NT)k32 E4M3 step with A from
+ * registers - this warp's 16 weight rows x 32 k of the warpgroup's 64, in the mma.sync m16n8k32 A
+ * fragment's layout (a0: row g, k 4t .. 4t + 3; a1: row g + 8; a2, a3: k + 16; PTX ISA, wgmma
+ * register fragment of A for .e4m3, = CUTLASS's ALayout_64x32) - and B (the activations, K-major,
+ * as FP8 wgmma requires) through the descriptor db. d stays an in-out operand written only by
+ * wgmma, as in gemm_fp8.cu (ptxas serializes wgmma whose accumulators other instructions define,
+ * C7514). d[4 j + e]: weight row 16 w + g + 8 (e >> 1), activation row 8 j + 2 t + (e & 1). */
+template <int NT>
+__device__ __forceinline__ void wg_mma_rs(float (&d)[4 * NT], const uint32_t (&a)[4], uint64_t db)
+{
+    static_assert(NT == 1 || NT == 2 || NT == 4 || NT == 8, "wgmma n8 .. n64");
+    if constexpr (NT == 1) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
+    } else if constexpr (NT == 2) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
+    } else if constexpr (NT == 4) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
+    } else {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
+    }
+}
+
+/* Thread t's 8 codes of a 16-byte piece of codes at q (q: the piece + 2t): nibbles 0-3 k 4t .. 4t +
+ * 3, nibbles 4-7 k 16 + 4t .. 16 + 4t + 3 of the piece's 32 k. */
+__device__ __forceinline__ uint32_t codes_wg(const uint8_t *q)
+{
+    const uint32_t lo = *reinterpret_cast<const uint16_t *>(q), hi = *reinterpret_cast<const uint16_t *>(q + 8);
+    return __byte_perm(lo, hi, 0x5410u);
+}
+#endif
+
 template <int U, int NT, typename TC>
-cudaError_t d8_launch_one(const D8 &p, dim3 grid, cudaStream_t s)
+__global__ void __launch_bounds__(THREADS) d8_wg_kernel(D8 p)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using S = Stage<NT>;
+    constexpr bool HIF4 = U == 64;
+    constexpr int UPC = KC / U; /* units a chunk: 2 or 4 */
+    constexpr int KPU = U / 32; /* k32 steps a unit: 2 or 1 */
+    constexpr int AROWS = NT * 8;
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ int last;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int rb = blockIdx.x / p.slices, slice = blockIdx.x - rb * p.slices;
+    const int m0 = blockIdx.y * MCHUNK;
+    const int units = p.K / U;
+    const int cbeg = slice * p.chunks_per_slice;
+    const int cend = min(p.chunks, cbeg + p.chunks_per_slice);
+    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
+    D8Copies<U, NT, true> copies(p, rb, m0, cbeg, cend, tid, sbase);
+
+    float acc[2][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) copies.issue(p, cbeg + i, (uint32_t)(((cbeg + i) % STAGES) * S::BYTES));
+
+    /* This thread's weight rows mt * 64 + wr0 + 8 hh all share one swizzle (wswz's (r >> 1) & 3),
+     * so the piece offsets are computed once and the rows become immediates. */
+    const int wr0 = warp * 16 + g;
+    uint32_t cofs[4];
+#pragma unroll
+    for (int pc = 0; pc < 4; pc++) cofs[pc] = S::W + wswz(wr0, pc) + 2 * t;
+    /* HiF4: step s's low nibbles are micro-block 8 s + t (e16 bit 8 s + t, e8 bit 4 s + t / 2), the
+     * high ones micro-block 8 s + 4 + t (e16 8 s + 4 + t, e8 4 s + 2 + t / 2) */
+    const uint32_t sh8 = FP4RL_HIF4_E8_SHIFT + (t >> 1), sh16 = FP4RL_HIF4_E16_SHIFT + t;
+    int soff[2][2] = {{0, 0}, {0, 0}};
+    if constexpr (!HIF4) {
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int n = rb * ROWS + mt * 64 + wr0 + hh * 8;
+                const int64_t nn = n < p.N ? n : 0;
+                soff[mt][hh] = (int)((((p.tile ? (nn >> 5) : nn) * p.scale_cols + (int64_t)cbeg * UPC)) & 3);
+            }
+    }
+
+    uint32_t rso = (uint32_t)((cbeg % STAGES) * S::BYTES); /* the stage read this chunk */
+    for (int c = cbeg; c < cend; c++) {
+        cp_async_wait<STAGES - 2>();
+        wg_fence_proxy_async(); /* this thread's copies of chunk c, for wgmma's reads of B */
+        __syncthreads();
+        /* chunk c + 3 goes to the stage chunk c - 1 used: its wgmmas were waited for, every warp is
+         * past them (barrier above) */
+        copies.issue(p, c + STAGES - 1, rso == 0 ? (uint32_t)((STAGES - 1) * S::BYTES) : rso - S::BYTES);
+        const uint8_t *st = smem + rso;
+        const uint32_t sst = sbase + rso;
+        rso = rso == (uint32_t)((STAGES - 1) * S::BYTES) ? 0u : rso + S::BYTES;
+        const int uleft = units - c * UPC;
+#pragma unroll
+        for (int ul = 0; ul < UPC; ul++) {
+            if (ul > 0 && ul >= uleft) break; /* uniform: units past K add nothing (the reference has none) */
+            const float *as_base = reinterpret_cast<const float *>(st + S::AS) + ul * AROWS + 2 * t;
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                uint32_t af[KPU][4]; /* [k32 step][a0..a3] */
+                float wsc[2];        /* [hh] unit scales of the weight rows g, g + 8 */
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int r = mt * 64 + hh * 8; /* row offset from wr0 */
+                    if constexpr (HIF4) {
+                        const uint32_t word = *reinterpret_cast<const uint32_t *>(st + S::WS + (wr0 + r) * 8 + ul * 4);
+                        wsc[hh] = hif4_unit_scale_bits(word);
+#pragma unroll
+                        for (int s = 0; s < 2; s++) {
+                            const uint32_t w = codes_wg(st + cofs[2 * ul + s] + r * 64), sel = w & 0x77777777u;
+                            uint32_t sg_lo, sg_hi;
+                            signs8(w, sg_lo, sg_hi);
+                            /* inc = e8 + e16 of the low and the high micro-block; the tables of inc are
+                             * inc 0's with 8 inc added to the exponent field of each nonzero byte */
+                            const uint32_t i0 = ((word >> (sh8 + 4 * s)) & 1u) + ((word >> (sh16 + 8 * s)) & 1u);
+                            const uint32_t i1 = ((word >> (sh8 + 4 * s + 2)) & 1u) + ((word >> (sh16 + 8 * s + 4)) & 1u);
+                            af[s][hh] = enc4(HIF4_LO + i0 * 0x08080800u, HIF4_HI + i0 * 0x08080808u, sel, sg_lo);
+                            af[s][2 + hh] = enc4(HIF4_LO + i1 * 0x08080800u, HIF4_HI + i1 * 0x08080808u, sel >> 16, sg_hi);
+                        }
+                    } else {
+                        const uint2 sp = *reinterpret_cast<const uint2 *>(st + S::WS + (wr0 + r) * 8);
+                        const uint8_t sb = (uint8_t)(__byte_perm(sp.x, sp.y, (uint32_t)(soff[mt][hh] + ul)) & 0xffu);
+                        wsc[hh] = fp4rl_e8m0_decode(sb) * 0.5f;
+                        const uint32_t w = codes_wg(st + cofs[ul] + r * 64), sel = w & 0x77777777u;
+                        uint32_t sg_lo, sg_hi;
+                        signs8(w, sg_lo, sg_hi);
+                        af[0][hh] = enc4(MX_LO, MX_HI, sel, sg_lo);
+                        af[0][2 + hh] = enc4(MX_LO, MX_HI, sel >> 16, sg_hi);
+                    }
+                }
+                /* B of step s: the unit's 16-byte chunks 2 (KPU ul + s), + 1 of every activation row */
+                float q0[4 * NT], q1[4 * NT];
+                wg_fence(); /* the A registers above, the accumulators' last reads below */
+#pragma unroll
+                for (int s = 0; s < KPU; s++) {
+                    const uint32_t b = sst + S::A + (uint32_t)((2 * (KPU * ul + s)) * AROWS * 16);
+                    const uint64_t db = wg_desc_bits(b, AROWS * 16, 128, 0);
+                    if (s == 0) wg_mma_rs<NT>(q0, af[0], db);
+                    else wg_mma_rs<NT>(q1, af[KPU - 1], db);
+                }
+                wg_commit();
+                wg_wait0();
+                wg_fence_regs(q0);
+                if constexpr (HIF4) wg_fence_regs(q1);
+#pragma unroll
+                for (int s = 0; s < KPU; s++) wg_fence_regs(af[s]);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    const float2 sa2 = *reinterpret_cast<const float2 *>(as_base + nt * 8);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float q = HIF4 ? __fadd_rn(q0[4 * nt + e], q1[4 * nt + e]) : q0[4 * nt + e]; /* exact: integers < 2^16 */
+                        acc[mt][nt][e] = promote(acc[mt][nt][e], q, (e & 1) ? sa2.y : sa2.x, wsc[e >> 1]);
+                    }
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+    const int row0[2] = {wr0, 64 + wr0};
+    d8_finish<NT, TC>(p, acc, row0, rb, slice, m0, t, tid, last);
+#else
+    (void)p;
+    __trap(); /* launched only where fp4rl_cuda_has_sm90a says this build has the kernel */
+#endif
+}
+
+template <int U, int NT, typename TC>
+cudaError_t d8_launch_one(const D8 &p, dim3 grid, cudaStream_t s, bool wg)
 {
     constexpr int smem = Stage<NT>::SMEM;
-    const cudaError_t e = cudaFuncSetAttribute(d8_kernel<U, NT, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    void (*kernel)(D8) = wg ? d8_wg_kernel<U, NT, TC> : d8_kernel<U, NT, TC>;
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    d8_kernel<U, NT, TC><<<grid, THREADS, smem, s>>>(p);
+    kernel<<<grid, THREADS, smem, s>>>(p);
     return cudaSuccess;
 }
 
 template <int U, typename TC>
-cudaError_t d8_launch(const D8 &p, dim3 grid, cudaStream_t s)
+cudaError_t d8_launch(const D8 &p, dim3 grid, cudaStream_t s, bool wg)
 {
-    if (p.M <= 8) return d8_launch_one<U, 1, TC>(p, grid, s);
-    if (p.M <= 16) return d8_launch_one<U, 2, TC>(p, grid, s);
-    if (p.M <= 32) return d8_launch_one<U, 4, TC>(p, grid, s);
-    return d8_launch_one<U, 8, TC>(p, grid, s);
+    if (p.M <= 8) return d8_launch_one<U, 1, TC>(p, grid, s, wg);
+    if (p.M <= 16) return d8_launch_one<U, 2, TC>(p, grid, s, wg);
+    if (p.M <= 32) return d8_launch_one<U, 4, TC>(p, grid, s, wg);
+    return d8_launch_one<U, 8, TC>(p, grid, s, wg);
 }
 
 /* Whether this build has sm_89+ code for the current device (the mma body): asked once. */
@@ -725,9 +926,13 @@ fp4rl_status fp4rl_cuda_d8_gemm(fp4rl_context *ctx, const uint8_t *a8, const flo
         p.ws = static_cast<float *>(ws);
     }
     const dim3 grid((unsigned)(rblocks * p.slices), (unsigned)mchunks);
+    /* FP4RL_D8_WGMMA=1 (read at every call): the wgmma kernel, on a compute capability 9.0 device
+     * with sm_90a code in the build; else (and by default) the mma.sync one */
+    const char *wenv = getenv("FP4RL_D8_WGMMA");
+    const bool wg = wenv && strcmp(wenv, "1") == 0 && fp4rl_cuda_has_sm90a(ctx);
     cudaError_t e;
-    if (U == 64) e = c_bf16 ? d8_launch<64, uint16_t>(p, grid, cu->stream) : d8_launch<64, float>(p, grid, cu->stream);
-    else e = c_bf16 ? d8_launch<32, uint16_t>(p, grid, cu->stream) : d8_launch<32, float>(p, grid, cu->stream);
+    if (U == 64) e = c_bf16 ? d8_launch<64, uint16_t>(p, grid, cu->stream, wg) : d8_launch<64, float>(p, grid, cu->stream, wg);
+    else e = c_bf16 ? d8_launch<32, uint16_t>(p, grid, cu->stream, wg) : d8_launch<32, float>(p, grid, cu->stream, wg);
     st = e != cudaSuccess ? fp4rl_cuda_fail(ctx, e, "d8_gemm: shared memory attribute") : fp4rl_cuda_check_launch(ctx, "d8_gemm");
     fp4rl_cuda_free_bytes(ctx, ws); /* stream order keeps the block's next user after this kernel */
     return st;

@@ -22,6 +22,9 @@ __device__ __forceinline__ uint64_t wg_desc_bits(uint32_t addr, uint32_t lbo, ui
            ((uint64_t)layout << 62);
 }
 
+/* Makes this thread's generic-proxy writes of shared memory (st.shared, cp.async) visible to the
+ * async proxy that wgmma reads its descriptor operands through; then a barrier, then the wgmma. */
+__device__ __forceinline__ void wg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
