@@ -20,6 +20,13 @@
  * increment; MXFP4: 2 e2m1(k)), the signs (bit 3 of each nibble) replicated into bytes by a second
  * permute in sign mode and merged with one LOP3. The tables are gemm_fp8.cu's pre-pass tables, so
  * the bytes are the pre-pass's.
+ *
+ * FP4RL_D8_WGMMA=1 (read at every call; off by default): on an sm_90 device with sm_90a code in
+ * the build, d8_wg_kernel instead - on sm_90 mma.sync E4M3 compiles to an unpack plus FP16 HMMA,
+ * only wgmma runs FP8 at Hopper's FP8 rate, which matters at the rollout's 64-256 rows. The same
+ * CTA, copies (D8Copies), ring, promotion and epilogue (d8_finish); the dequantised weights are
+ * wgmma's register-sourced A (m64nNk32, N = the CTA's 8 NT activation rows), the activations its
+ * K-major shared-memory B (natural k order: see the kernel's comment). Same bits with one slice.
  */
 #include <stdlib.h>
 #include <string.h>
