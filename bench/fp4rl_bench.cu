@@ -40,7 +40,8 @@
  *                                    activations from fp4rl_cuda_act_e4m3) vs cuBLASLt BF16 at
  *                                    N = K = 8192 and the 3B shapes, M in {1, 16, 64, 128, 256}:
  *                                    time (auto split-K and one slice), speed-up, weight bytes per
- *                                    second as a share of the copy bandwidth; weights rotated out of L2
+ *                                    second as a share of the copy bandwidth; weights rotated out of L2;
+ *                                    each M twice: FP4RL_D8_WGMMA unset (mma.sync) and =1 ("M wg")
  *   fp4rl_bench [reps] dgprof F M    only 3 + reps launches of the packed kernel, format F
  *                                    (mxfp4 / nvfp4 / hif4), M rows, N = K = 8192 (for ncu)
  *   fp4rl_bench [reps] attn          sections 1 and 7: the decode attention (attention_rows) at the
@@ -509,7 +510,8 @@ static void d8_section(double copy_bw, double l2)
     const fp4rl_dtype fmts[2] = {FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP4};
     printf("\n## W4A4 decode GEMM on the FP8 tensor cores (cuda/decode_fp8.h) vs cuBLASLt BF16, FP32 output, weights rotated out of L2\n\n");
     printf("x = cuBLASLt BF16 time / d8 time (auto split-K); 1s = one K slice (bit-exact mode); %%copy = weight bytes (codes + scales) per "
-           "second / copy bandwidth (%.0f GB/s). The activation quantizer (act_e4m3) is not timed.\n\n", copy_bw);
+           "second / copy bandwidth (%.0f GB/s); M wg: FP4RL_D8_WGMMA=1 (the wgmma kernel on sm_90a). The activation quantizer "
+           "(act_e4m3) is not timed.\n\n", copy_bw);
     printf("| shape (N x K) | M | BF16 us | %%copy | hif4 us | x | %%copy | hif4 1s us | mxfp4 us | x | %%copy | mxfp4 1s us |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Shape &sh : shapes) {
@@ -536,29 +538,39 @@ static void d8_section(double copy_bw, double l2)
         for (int64_t M : Ms) {
             fp4rl_tensor *x = random_bf16(M, 2 * K, 7); /* the BF16 GEMM's operand (its first K columns) */
             const double base = lt_ms(M, N, K, x, wb, yp);
-            printf("| %s (%lld x %lld) | %lld | %.1f | %.0f%% |", sh.name, (long long)N, (long long)K, (long long)M, base * 1e3,
-                   100.0 * bf_bytes / (base * 1e-3) / 1e9 / copy_bw);
             /* the E4M3 activation operand of each format, from F32 activations */
             std::vector<float> xh((size_t)(M * K));
             for (size_t i = 0; i < xh.size(); i++) xh[i] = (float)((int)(i * 2654435761u % 2001u) - 1000) * 1e-3f;
             float *xd;
             CU(cudaMalloc(&xd, xh.size() * 4));
             CU(cudaMemcpy(xd, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice));
+            uint8_t *a8[2];
+            float *sa[2];
             for (int f = 0; f < 2; f++) {
-                const int U = f == 0 ? 64 : 32;
-                uint8_t *a8;
-                float *sa;
-                CU(cudaMalloc(&a8, (size_t)(M * K)));
-                CU(cudaMalloc(&sa, fp4rl_cuda_fp8_scales_bytes(M, K, U)));
-                CK(fp4rl_cuda_act_e4m3(ctx, a8, sa, xd, M, K, fmts[f], 1, FP4RL_RESQ_OFF, NULL));
-                const double ms = time_ms([&](int i) { CK(fp4rl_cuda_d8_gemm(ctx, a8, sa, M, wq[f][i % wq[f].size()], yp, 0, N, 0)); });
-                const double ms1 = time_ms([&](int i) { CK(fp4rl_cuda_d8_gemm(ctx, a8, sa, M, wq[f][i % wq[f].size()], yp, 0, N, 1)); });
-                printf(" %.1f | %.2f | %.0f%% | %.1f |", ms * 1e3, base / ms, 100.0 * qbytes[f] / (ms * 1e-3) / 1e9 / copy_bw, ms1 * 1e3);
-                CU(cudaFree(a8));
-                CU(cudaFree(sa));
+                CU(cudaMalloc(&a8[f], (size_t)(M * K)));
+                CU(cudaMalloc(&sa[f], fp4rl_cuda_fp8_scales_bytes(M, K, f == 0 ? 64 : 32)));
+                CK(fp4rl_cuda_act_e4m3(ctx, a8[f], sa[f], xd, M, K, fmts[f], 1, FP4RL_RESQ_OFF, NULL));
             }
-            printf("\n");
-            fflush(stdout);
+            /* a row with FP4RL_D8_WGMMA unset (the mma.sync kernel), one with it =1 ("M wg": the wgmma
+             * kernel where the device and the build have sm_90a, else the mma.sync kernel again) */
+            for (int wg = 0; wg < 2; wg++) {
+                if (wg) setenv("FP4RL_D8_WGMMA", "1", 1);
+                else unsetenv("FP4RL_D8_WGMMA");
+                printf("| %s (%lld x %lld) | %lld%s | %.1f | %.0f%% |", sh.name, (long long)N, (long long)K, (long long)M, wg ? " wg" : "",
+                       base * 1e3, 100.0 * bf_bytes / (base * 1e-3) / 1e9 / copy_bw);
+                for (int f = 0; f < 2; f++) {
+                    const double ms = time_ms([&](int i) { CK(fp4rl_cuda_d8_gemm(ctx, a8[f], sa[f], M, wq[f][i % wq[f].size()], yp, 0, N, 0)); });
+                    const double ms1 = time_ms([&](int i) { CK(fp4rl_cuda_d8_gemm(ctx, a8[f], sa[f], M, wq[f][i % wq[f].size()], yp, 0, N, 1)); });
+                    printf(" %.1f | %.2f | %.0f%% | %.1f |", ms * 1e3, base / ms, 100.0 * qbytes[f] / (ms * 1e-3) / 1e9 / copy_bw, ms1 * 1e3);
+                }
+                printf("\n");
+                fflush(stdout);
+            }
+            unsetenv("FP4RL_D8_WGMMA");
+            for (int f = 0; f < 2; f++) {
+                CU(cudaFree(a8[f]));
+                CU(cudaFree(sa[f]));
+            }
             CU(cudaFree(xd));
             fp4rl_tensor_destroy(x);
         }

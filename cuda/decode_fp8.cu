@@ -20,6 +20,13 @@
  * increment; MXFP4: 2 e2m1(k)), the signs (bit 3 of each nibble) replicated into bytes by a second
  * permute in sign mode and merged with one LOP3. The tables are gemm_fp8.cu's pre-pass tables, so
  * the bytes are the pre-pass's.
+ *
+ * FP4RL_D8_WGMMA=1 (read at every call; off by default): on an sm_90 device with sm_90a code in
+ * the build, d8_wg_kernel instead - on sm_90 mma.sync E4M3 compiles to an unpack plus FP16 HMMA,
+ * only wgmma runs FP8 at Hopper's FP8 rate, which matters at the rollout's 64-256 rows. The same
+ * CTA, copies (D8Copies), ring, promotion and epilogue (d8_finish); the dequantised weights are
+ * wgmma's register-sourced A (m64nNk32, N = the CTA's 8 NT activation rows), the activations its
+ * K-major shared-memory B (natural k order: see the kernel's comment). Same bits with one slice.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +37,7 @@
 #include "format/qdq_block.h"
 #include "gemm_fp8.h"
 #include "mma_common.cuh"
+#include "wgmma_common.cuh"
 
 using namespace fp4rl_cuda_mma;
 
@@ -145,86 +153,97 @@ __device__ __forceinline__ float hif4_unit_scale_bits(uint32_t w)
 /* acc = acc + p * (sa * sw): the reference's promotion, as separate IEEE operations. */
 __device__ __forceinline__ float promote(float acc, float p, float sa, float sw) { return __fadd_rn(acc, __fmul_rn(p, __fmul_rn(sa, sw))); }
 
-template <int U, int NT, typename TC>
-__global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
+/* Where 16-byte chunk c (0..7) of activation row r of a chunk lands in a stage (from Stage::A): the
+ * mma.sync kernel's swizzle (WG false), or for the wgmma kernel (WG true) wgmma's no-swizzle
+ * K-major layout of its B operand, chunk-major [c][row][16 bytes], so that each core matrix (8
+ * rows x 16 bytes of k) is 128 contiguous bytes: a k32 step is chunks 2s, 2s + 1, AROWS * 16
+ * bytes apart (the descriptor's leading byte offset), 8-row groups 128 bytes apart (its stride
+ * byte offset). */
+template <int NT, bool WG>
+__device__ __forceinline__ int a_dst(int r, int c)
 {
+    return WG ? (c * NT * 8 + r) * 16 : aswz(r, c);
+}
+
+/* The cp.async copies of the chunks of one CTA (both kernels: 128 threads, 128 weight rows, NT * 8
+ * activation rows). Everything that does not change from chunk to chunk (global row pointers,
+ * shared destinations, the row / M bounds) is computed once by the constructor, so a chunk's
+ * issue is pointer increments, one K bound and the copies: the mma.sync kernel's main-loop budget
+ * at decode sizes is ~0.15 warp-instructions a weight (it must be bound by weight bytes). */
+template <int U, int NT, bool WG>
+struct D8Copies {
     using S = Stage<NT>;
-    constexpr bool HIF4 = U == 64;
-    constexpr int UPC = KC / U; /* units a chunk: 2 or 4 */
-    constexpr int AROWS = NT * 8;
-    extern __shared__ __align__(16) uint8_t smem[];
-    __shared__ int last;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int rb = blockIdx.x / p.slices, slice = blockIdx.x - rb * p.slices;
-    const int m0 = blockIdx.y * MCHUNK;
-    const int units = p.K / U;
-
-    const int cbeg = slice * p.chunks_per_slice;
-    const int cend = min(p.chunks, cbeg + p.chunks_per_slice);
-
-    /* ---- Copies (cp.async) of the chunks. Everything that does not change from chunk to chunk
-     * (global row pointers, shared destinations, the row / M bounds) is computed here once, so a
-     * chunk's issue is pointer increments, one K bound and the copies: the main loop's budget at
-     * decode sizes is ~0.15 warp-instructions a weight (the kernel must be bound by weight bytes). */
-    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
-    /* weight codes: rows (tid >> 2) + 32 i, 16-byte chunk tid & 3 of the 64 bytes a row a chunk */
-    const int cch = tid & 3, crow = tid >> 2;
+    static constexpr bool HIF4 = U == 64;
+    static constexpr int UPC = KC / U; /* units a chunk: 2 or 4 */
+    static constexpr int AROWS = NT * 8;
+    /* activations: NA copies of 16 bytes a thread (row q >> 3, chunk q & 7); NS scale words */
+    static constexpr int ACOPIES = AROWS * 8, NA = (ACOPIES + THREADS - 1) / THREADS;
+    static constexpr int SCOPIES = UPC * AROWS, NS = (SCOPIES + THREADS - 1) / THREADS;
+    uint32_t sbase, cdst;
+    int tid, cch, cend, units, sb3 = 0;
     const uint8_t *cptr[4];
     bool clive[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int n = rb * ROWS + crow + 32 * i;
-        clive[i] = n < p.N;
-        cptr[i] = p.codes + (clive[i] ? (int64_t)n * p.row_bytes : 0) + (int64_t)cbeg * (KC / 2) + cch * 16;
-    }
-    const uint32_t cdst = S::W + wswz(crow, cch); /* + 2048 i: rows 32 apart keep the swizzle */
-    /* weight scales of row tid: HiF4 the chunk's two words; MXFP4 the aligned word holding the
-     * chunk's 4 scale bytes (c * 4 is a multiple of 4, so the misalignment sb3 is the row's) and
-     * the next one when they cross it */
-    const int srow_n = rb * ROWS + tid;
-    const bool slive = srow_n < p.N;
+    bool slive;
     const uint8_t *sptr;
-    int sb3 = 0;
-    if constexpr (HIF4) {
-        sptr = static_cast<const uint8_t *>(p.wscales) + ((slive ? (int64_t)srow_n : 0) * p.scale_cols + (int64_t)cbeg * UPC) * 4;
-    } else {
-        const int64_t nn = slive ? srow_n : 0;
-        const int64_t b = (p.tile ? (nn >> 5) : nn) * p.scale_cols + (int64_t)cbeg * UPC;
-        sb3 = (int)(b & 3);
-        sptr = static_cast<const uint8_t *>(p.wscales) + (b & ~(int64_t)3);
-    }
-    /* activations: NA copies of 16 bytes a thread (row q >> 3, chunk q & 7); NS scale words */
-    constexpr int ACOPIES = AROWS * 8, NA = (ACOPIES + THREADS - 1) / THREADS;
-    constexpr int SCOPIES = UPC * AROWS, NS = (SCOPIES + THREADS - 1) / THREADS;
     const uint8_t *aptr[NA];
     bool alive[NA];
     int ak[NA];
-#pragma unroll
-    for (int i = 0; i < NA; i++) {
-        const int q = tid + i * THREADS, r = (q >> 3) % AROWS, m = m0 + r;
-        ak[i] = (q & 7) * 16;
-        alive[i] = (ACOPIES % THREADS == 0 || q < ACOPIES) && m < p.M;
-        aptr[i] = p.a8 + (alive[i] ? (int64_t)m * p.K : 0) + (int64_t)cbeg * KC + ak[i];
-    }
     const float *saptr[NS];
     bool salive[NS];
     int saul[NS];
-#pragma unroll
-    for (int i = 0; i < NS; i++) {
-        const int q = tid + i * THREADS, ul = (q / AROWS) % UPC, r = q % AROWS, m = m0 + r;
-        saul[i] = ul;
-        salive[i] = (SCOPIES % THREADS == 0 || q < SCOPIES) && m < p.M;
-        saptr[i] = p.sa + (salive[i] ? ((int64_t)cbeg * UPC + ul) * p.lda + m : 0);
-    }
-    const int64_t sastep = (int64_t)UPC * p.lda;
+    int64_t sastep;
 
-    /* Copies chunk c into the stage at byte offset wso, zero-filled past N, M and K; commits one
-     * group always. Called for c = cbeg, cbeg + 1, ... in order: each call advances the pointers. */
-    auto issue = [&](int c, uint32_t wso) {
+    __device__ __forceinline__ D8Copies(const D8 &p, int rb, int m0, int cbeg, int cend_, int tid_, uint32_t sbase_)
+        : sbase(sbase_), tid(tid_), cch(tid_ & 3), cend(cend_), units(p.K / U)
+    {
+        /* weight codes: rows (tid >> 2) + 32 i, 16-byte chunk tid & 3 of the 64 bytes a row a chunk */
+        const int crow = tid >> 2;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int n = rb * ROWS + crow + 32 * i;
+            clive[i] = n < p.N;
+            cptr[i] = p.codes + (clive[i] ? (int64_t)n * p.row_bytes : 0) + (int64_t)cbeg * (KC / 2) + cch * 16;
+        }
+        cdst = S::W + wswz(crow, cch); /* + 2048 i: rows 32 apart keep the swizzle */
+        /* weight scales of row tid: HiF4 the chunk's two words; MXFP4 the aligned word holding the
+         * chunk's 4 scale bytes (c * 4 is a multiple of 4, so the misalignment sb3 is the row's) and
+         * the next one when they cross it */
+        const int srow_n = rb * ROWS + tid;
+        slive = srow_n < p.N;
+        if constexpr (HIF4) {
+            sptr = static_cast<const uint8_t *>(p.wscales) + ((slive ? (int64_t)srow_n : 0) * p.scale_cols + (int64_t)cbeg * UPC) * 4;
+        } else {
+            const int64_t nn = slive ? srow_n : 0;
+            const int64_t b = (p.tile ? (nn >> 5) : nn) * p.scale_cols + (int64_t)cbeg * UPC;
+            sb3 = (int)(b & 3);
+            sptr = static_cast<const uint8_t *>(p.wscales) + (b & ~(int64_t)3);
+        }
+#pragma unroll
+        for (int i = 0; i < NA; i++) {
+            const int q = tid + i * THREADS, r = (q >> 3) % AROWS, m = m0 + r;
+            ak[i] = (q & 7) * 16;
+            alive[i] = (ACOPIES % THREADS == 0 || q < ACOPIES) && m < p.M;
+            aptr[i] = p.a8 + (alive[i] ? (int64_t)m * p.K : 0) + (int64_t)cbeg * KC + ak[i];
+        }
+#pragma unroll
+        for (int i = 0; i < NS; i++) {
+            const int q = tid + i * THREADS, ul = (q / AROWS) % UPC, r = q % AROWS, m = m0 + r;
+            saul[i] = ul;
+            salive[i] = (SCOPIES % THREADS == 0 || q < SCOPIES) && m < p.M;
+            saptr[i] = p.sa + (salive[i] ? ((int64_t)cbeg * UPC + ul) * p.lda + m : 0);
+        }
+        sastep = (int64_t)UPC * p.lda;
+    }
+
+    /* Copies chunk c into the stage at byte offset wso, zero-filled past N, M and K (activation
+     * rows past M are zeros, never read); commits one group always. Called for c = cbeg, cbeg + 1,
+     * ... in order: each call advances the pointers. */
+    __device__ __forceinline__ void issue(const D8 &p, int c, uint32_t wso)
+    {
         if (c < cend) {
             const uint32_t st = sbase + wso;
-            const int kleft = p.K - c * KC;          /* > 0; >= KC but for a ragged last chunk */
-            const int uleft = units - c * UPC;       /* units of this chunk still inside K */
+            const int kleft = p.K - c * KC;    /* > 0; >= KC but for a ragged last chunk */
+            const int uleft = units - c * UPC; /* units of this chunk still inside K */
             const bool kin = cch * 32 < kleft;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -245,7 +264,7 @@ __global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
             for (int i = 0; i < NA; i++) {
                 const int q = tid + i * THREADS;
                 if (ACOPIES % THREADS == 0 || q < ACOPIES)
-                    cp_async16_s(st + S::A + aswz(q >> 3, q & 7), aptr[i], alive[i] && ak[i] < kleft);
+                    cp_async16_s(st + S::A + a_dst<NT, WG>(q >> 3, q & 7), aptr[i], alive[i] && ak[i] < kleft);
                 aptr[i] += KC;
             }
 #pragma unroll
@@ -256,7 +275,84 @@ __global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
             }
         }
         cp_async_commit();
+    }
+};
+
+/* The end of a CTA, both kernels: C (one slice), or this slice's partials to ws[slice][m][n] and,
+ * in the last CTA of the (row block, M chunk) to arrive, the slices' sum in slice order
+ * (independent of timing). acc[mt][nt][i] is the output at weight row rb * ROWS + row0[mt] +
+ * (i >> 1) * 8, activation row m0 + nt * 8 + 2t + (i & 1): the C fragment of mma.sync m16n8 and
+ * of wgmma m64nN alike, the kernels' warps differing only in row0. */
+template <int NT, typename TC>
+__device__ __forceinline__ void d8_finish(const D8 &p, const float (&acc)[2][NT][4], const int (&row0)[2], int rb, int slice, int m0, int t,
+                                          int tid, int &last)
+{
+    auto store = [&](int m, int n, float v) {
+        if (sizeof(TC) == 2) reinterpret_cast<uint16_t *>(p.c)[(int64_t)m * p.ldc + n] = fp4rl_f32_to_bf16(v);
+        else reinterpret_cast<float *>(p.c)[(int64_t)m * p.ldc + n] = v;
     };
+    if (p.slices == 1) {
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int n = rb * ROWS + row0[mt] + (i >> 1) * 8, m = m0 + nt * 8 + 2 * t + (i & 1);
+                    if (m < p.M && n < p.N) store(m, n, acc[mt][nt][i]);
+                }
+        return;
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int n = rb * ROWS + row0[mt] + (i >> 1) * 8, m = m0 + nt * 8 + 2 * t + (i & 1);
+                if (m < p.M && n < p.N) p.ws[((int64_t)slice * p.M + m) * p.N + n] = acc[mt][nt][i];
+            }
+    __threadfence();
+    __syncthreads();
+    const int ctr = rb * gridDim.y + blockIdx.y;
+    if (tid == 0) {
+        const unsigned prev = atomicAdd(&p.counters[ctr], 1u);
+        last = prev == (unsigned)p.slices - 1;
+        if (last) p.counters[ctr] = 0; /* zero again for the next launch */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int mrows = min(MCHUNK, p.M - m0);
+    for (int idx = tid; idx < ROWS * mrows; idx += THREADS) {
+        const int m = m0 + idx / ROWS, n = rb * ROWS + idx % ROWS;
+        if (n >= p.N) continue;
+        float sum = 0.0f;
+        for (int s = 0; s < p.slices; s++) sum = __fadd_rn(sum, __ldcg(&p.ws[((int64_t)s * p.M + m) * p.N + n]));
+        store(m, n, sum);
+    }
+}
+
+template <int U, int NT, typename TC>
+__global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
+{
+    using S = Stage<NT>;
+    constexpr bool HIF4 = U == 64;
+    constexpr int UPC = KC / U; /* units a chunk: 2 or 4 */
+    constexpr int AROWS = NT * 8;
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ int last;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int rb = blockIdx.x / p.slices, slice = blockIdx.x - rb * p.slices;
+    const int m0 = blockIdx.y * MCHUNK;
+    const int units = p.K / U;
+
+    const int cbeg = slice * p.chunks_per_slice;
+    const int cend = min(p.chunks, cbeg + p.chunks_per_slice);
+
+    /* ---- Copies (cp.async) of the chunks (D8Copies: set up once, then one issue a chunk). */
+    D8Copies<U, NT, false> copies(p, rb, m0, cbeg, cend, tid, (uint32_t)__cvta_generic_to_shared(smem));
+    auto issue = [&](int c, uint32_t wso) { copies.issue(p, c, wso); };
 
     float acc[2][NT][4];
 #pragma unroll
@@ -391,72 +487,227 @@ __global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
         }
     }
     cp_async_wait<0>();
+    const int row0[2] = {wr0, wr0 + 16}; /* warp * 32 + mt * 16 + g */
+    d8_finish<NT, TC>(p, acc, row0, rb, slice, m0, t, tid, last);
+}
 
-    auto store = [&](int m, int n, float v) {
-        if (sizeof(TC) == 2) reinterpret_cast<uint16_t *>(p.c)[(int64_t)m * p.ldc + n] = fp4rl_f32_to_bf16(v);
-        else reinterpret_cast<float *>(p.c)[(int64_t)m * p.ldc + n] = v;
-    };
-    if (p.slices == 1) {
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int n = rb * ROWS + wr0 + mt * 16 + (i >> 1) * 8, m = m0 + nt * 8 + 2 * t + (i & 1);
-                    if (m < p.M && n < p.N) store(m, n, acc[mt][nt][i]);
-                }
-        return;
+/* ---- The wgmma variant (FP4RL_D8_WGMMA=1, sm_90a): mma.sync E4M3 on sm_90 is FP16 HMMA after an
+ * unpack (static SASS study), only wgmma runs FP8 at Hopper's FP8 rate. Same CTA (128 threads, 128
+ * weight rows, NT * 8 activation rows), copies, ring and epilogue as d8_kernel; the one warpgroup
+ * runs the row block as two m64 tiles (mt) one after the other: weight rows mt * 64 + 16 w + g
+ * (+ 8) in warp w. Per unit and tile: the unit's k32 steps (HiF4 2, MXFP4 1), each one
+ * m64n(8 NT)k32 wgmma from zero into its own registers (A: the dequantised weights, built in
+ * registers as d8_kernel builds them; B: the activations from the stage), commit, wait for all,
+ * then the promotion acc = acc + p * (sa * sw) in K order with `promote` (p = p0 + p1 exact:
+ * integers < 2^16), so one K slice gives d8_kernel's bits. The wait before the promotion also
+ * keeps the A registers unmodified while the wgmma reads them (the next tile's dequantisation
+ * writes them only after it).
+ * The k order is natural here (wgmma's B comes from shared memory in the hardware's order, no
+ * per-thread permutation as d8_kernel's B fragments allow): step s of a unit is k 32 s .. 32 s +
+ * 31 = one 16-byte piece of a weight row's codes, of which thread t needs bytes 2t, 2t + 1 (k 4t ..
+ * 4t + 3: a0 / a1) and 8 + 2t, 9 + 2t (k 16 + 4t ..: a2 / a3), read as two 16-bit loads and joined
+ * into one word of 8 codes for the same byte-permute dequantisation. */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+using namespace fp4rl_cuda_wg;
+
+/* d = A B from zero (scale-d 0: the old d is ignored), one m64n(8 NT)k32 E4M3 step with A from
+ * registers - this warp's 16 weight rows x 32 k of the warpgroup's 64, in the mma.sync m16n8k32 A
+ * fragment's layout (a0: row g, k 4t .. 4t + 3; a1: row g + 8; a2, a3: k + 16; PTX ISA, wgmma
+ * register fragment of A for .e4m3, = CUTLASS's ALayout_64x32) - and B (the activations, K-major,
+ * as FP8 wgmma requires) through the descriptor db. d stays an in-out operand written only by
+ * wgmma, as in gemm_fp8.cu (ptxas serializes wgmma whose accumulators other instructions define,
+ * C7514). d[4 j + e]: weight row 16 w + g + 8 (e >> 1), activation row 8 j + 2 t + (e & 1). */
+template <int NT>
+__device__ __forceinline__ void wg_mma_rs(float (&d)[4 * NT], const uint32_t (&a)[4], uint64_t db)
+{
+    static_assert(NT == 1 || NT == 2 || NT == 4 || NT == 8, "wgmma n8 .. n64");
+    if constexpr (NT == 1) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
+    } else if constexpr (NT == 2) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
+    } else if constexpr (NT == 4) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
+    } else {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
     }
-    /* split-K: this slice's partials to ws[slice][m][n]; the last CTA of the (row block, M chunk)
-     * to arrive adds the slices in slice order (independent of timing) */
+}
+
+/* Thread t's 8 codes of a 16-byte piece of codes at q (q: the piece + 2t): nibbles 0-3 k 4t .. 4t +
+ * 3, nibbles 4-7 k 16 + 4t .. 16 + 4t + 3 of the piece's 32 k. */
+__device__ __forceinline__ uint32_t codes_wg(const uint8_t *q)
+{
+    const uint32_t lo = *reinterpret_cast<const uint16_t *>(q), hi = *reinterpret_cast<const uint16_t *>(q + 8);
+    return __byte_perm(lo, hi, 0x5410u);
+}
+#endif
+
+template <int U, int NT, typename TC>
+__global__ void __launch_bounds__(THREADS) d8_wg_kernel(D8 p)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using S = Stage<NT>;
+    constexpr bool HIF4 = U == 64;
+    constexpr int UPC = KC / U; /* units a chunk: 2 or 4 */
+    constexpr int KPU = U / 32; /* k32 steps a unit: 2 or 1 */
+    constexpr int AROWS = NT * 8;
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ int last;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int rb = blockIdx.x / p.slices, slice = blockIdx.x - rb * p.slices;
+    const int m0 = blockIdx.y * MCHUNK;
+    const int units = p.K / U;
+    const int cbeg = slice * p.chunks_per_slice;
+    const int cend = min(p.chunks, cbeg + p.chunks_per_slice);
+    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
+    D8Copies<U, NT, true> copies(p, rb, m0, cbeg, cend, tid, sbase);
+
+    float acc[2][NT][4];
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int n = rb * ROWS + wr0 + mt * 16 + (i >> 1) * 8, m = m0 + nt * 8 + 2 * t + (i & 1);
-                if (m < p.M && n < p.N) p.ws[((int64_t)slice * p.M + m) * p.N + n] = acc[mt][nt][i];
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) copies.issue(p, cbeg + i, (uint32_t)(((cbeg + i) % STAGES) * S::BYTES));
+
+    /* This thread's weight rows mt * 64 + wr0 + 8 hh all share one swizzle (wswz's (r >> 1) & 3),
+     * so the piece offsets are computed once and the rows become immediates. */
+    const int wr0 = warp * 16 + g;
+    uint32_t cofs[4];
+#pragma unroll
+    for (int pc = 0; pc < 4; pc++) cofs[pc] = S::W + wswz(wr0, pc) + 2 * t;
+    /* HiF4: step s's low nibbles are micro-block 8 s + t (e16 bit 8 s + t, e8 bit 4 s + t / 2), the
+     * high ones micro-block 8 s + 4 + t (e16 8 s + 4 + t, e8 4 s + 2 + t / 2) */
+    const uint32_t sh8 = FP4RL_HIF4_E8_SHIFT + (t >> 1), sh16 = FP4RL_HIF4_E16_SHIFT + t;
+    int soff[2][2] = {{0, 0}, {0, 0}};
+    if constexpr (!HIF4) {
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int n = rb * ROWS + mt * 64 + wr0 + hh * 8;
+                const int64_t nn = n < p.N ? n : 0;
+                soff[mt][hh] = (int)((((p.tile ? (nn >> 5) : nn) * p.scale_cols + (int64_t)cbeg * UPC)) & 3);
             }
-    __threadfence();
-    __syncthreads();
-    const int ctr = rb * gridDim.y + blockIdx.y;
-    if (tid == 0) {
-        const unsigned prev = atomicAdd(&p.counters[ctr], 1u);
-        last = prev == (unsigned)p.slices - 1;
-        if (last) p.counters[ctr] = 0; /* zero again for the next launch */
     }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int mrows = min(MCHUNK, p.M - m0);
-    for (int idx = tid; idx < ROWS * mrows; idx += THREADS) {
-        const int m = m0 + idx / ROWS, n = rb * ROWS + idx % ROWS;
-        if (n >= p.N) continue;
-        float sum = 0.0f;
-        for (int s = 0; s < p.slices; s++) sum = __fadd_rn(sum, __ldcg(&p.ws[((int64_t)s * p.M + m) * p.N + n]));
-        store(m, n, sum);
+
+    uint32_t rso = (uint32_t)((cbeg % STAGES) * S::BYTES); /* the stage read this chunk */
+    for (int c = cbeg; c < cend; c++) {
+        cp_async_wait<STAGES - 2>();
+        wg_fence_proxy_async(); /* this thread's copies of chunk c, for wgmma's reads of B */
+        __syncthreads();
+        /* chunk c + 3 goes to the stage chunk c - 1 used: its wgmmas were waited for, every warp is
+         * past them (barrier above) */
+        copies.issue(p, c + STAGES - 1, rso == 0 ? (uint32_t)((STAGES - 1) * S::BYTES) : rso - S::BYTES);
+        const uint8_t *st = smem + rso;
+        const uint32_t sst = sbase + rso;
+        rso = rso == (uint32_t)((STAGES - 1) * S::BYTES) ? 0u : rso + S::BYTES;
+        const int uleft = units - c * UPC;
+#pragma unroll
+        for (int ul = 0; ul < UPC; ul++) {
+            if (ul > 0 && ul >= uleft) break; /* uniform: units past K add nothing (the reference has none) */
+            const float *as_base = reinterpret_cast<const float *>(st + S::AS) + ul * AROWS + 2 * t;
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                uint32_t af[KPU][4]; /* [k32 step][a0..a3] */
+                float wsc[2];        /* [hh] unit scales of the weight rows g, g + 8 */
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int r = mt * 64 + hh * 8; /* row offset from wr0 */
+                    if constexpr (HIF4) {
+                        const uint32_t word = *reinterpret_cast<const uint32_t *>(st + S::WS + (wr0 + r) * 8 + ul * 4);
+                        wsc[hh] = hif4_unit_scale_bits(word);
+#pragma unroll
+                        for (int s = 0; s < 2; s++) {
+                            const uint32_t w = codes_wg(st + cofs[2 * ul + s] + r * 64), sel = w & 0x77777777u;
+                            uint32_t sg_lo, sg_hi;
+                            signs8(w, sg_lo, sg_hi);
+                            /* inc = e8 + e16 of the low and the high micro-block; the tables of inc are
+                             * inc 0's with 8 inc added to the exponent field of each nonzero byte */
+                            const uint32_t i0 = ((word >> (sh8 + 4 * s)) & 1u) + ((word >> (sh16 + 8 * s)) & 1u);
+                            const uint32_t i1 = ((word >> (sh8 + 4 * s + 2)) & 1u) + ((word >> (sh16 + 8 * s + 4)) & 1u);
+                            af[s][hh] = enc4(HIF4_LO + i0 * 0x08080800u, HIF4_HI + i0 * 0x08080808u, sel, sg_lo);
+                            af[s][2 + hh] = enc4(HIF4_LO + i1 * 0x08080800u, HIF4_HI + i1 * 0x08080808u, sel >> 16, sg_hi);
+                        }
+                    } else {
+                        const uint2 sp = *reinterpret_cast<const uint2 *>(st + S::WS + (wr0 + r) * 8);
+                        const uint8_t sb = (uint8_t)(__byte_perm(sp.x, sp.y, (uint32_t)(soff[mt][hh] + ul)) & 0xffu);
+                        wsc[hh] = fp4rl_e8m0_decode(sb) * 0.5f;
+                        const uint32_t w = codes_wg(st + cofs[ul] + r * 64), sel = w & 0x77777777u;
+                        uint32_t sg_lo, sg_hi;
+                        signs8(w, sg_lo, sg_hi);
+                        af[0][hh] = enc4(MX_LO, MX_HI, sel, sg_lo);
+                        af[0][2 + hh] = enc4(MX_LO, MX_HI, sel >> 16, sg_hi);
+                    }
+                }
+                /* B of step s: the unit's 16-byte chunks 2 (KPU ul + s), + 1 of every activation row */
+                float q0[4 * NT], q1[4 * NT];
+                wg_fence(); /* the A registers above, the accumulators' last reads below */
+#pragma unroll
+                for (int s = 0; s < KPU; s++) {
+                    const uint32_t b = sst + S::A + (uint32_t)((2 * (KPU * ul + s)) * AROWS * 16);
+                    const uint64_t db = wg_desc_bits(b, AROWS * 16, 128, 0);
+                    if (s == 0) wg_mma_rs<NT>(q0, af[0], db);
+                    else wg_mma_rs<NT>(q1, af[KPU - 1], db);
+                }
+                wg_commit();
+                wg_wait0();
+                wg_fence_regs(q0);
+                if constexpr (HIF4) wg_fence_regs(q1);
+#pragma unroll
+                for (int s = 0; s < KPU; s++) wg_fence_regs(af[s]);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    const float2 sa2 = *reinterpret_cast<const float2 *>(as_base + nt * 8);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float q = HIF4 ? __fadd_rn(q0[4 * nt + e], q1[4 * nt + e]) : q0[4 * nt + e]; /* exact: integers < 2^16 */
+                        acc[mt][nt][e] = promote(acc[mt][nt][e], q, (e & 1) ? sa2.y : sa2.x, wsc[e >> 1]);
+                    }
+                }
+            }
+        }
     }
+    cp_async_wait<0>();
+    const int row0[2] = {wr0, 64 + wr0};
+    d8_finish<NT, TC>(p, acc, row0, rb, slice, m0, t, tid, last);
+#else
+    (void)p;
+    __trap(); /* launched only where fp4rl_cuda_has_sm90a says this build has the kernel */
+#endif
 }
 
 template <int U, int NT, typename TC>
-cudaError_t d8_launch_one(const D8 &p, dim3 grid, cudaStream_t s)
+cudaError_t d8_launch_one(const D8 &p, dim3 grid, cudaStream_t s, bool wg)
 {
     constexpr int smem = Stage<NT>::SMEM;
-    const cudaError_t e = cudaFuncSetAttribute(d8_kernel<U, NT, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    void (*kernel)(D8) = wg ? d8_wg_kernel<U, NT, TC> : d8_kernel<U, NT, TC>;
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    d8_kernel<U, NT, TC><<<grid, THREADS, smem, s>>>(p);
+    kernel<<<grid, THREADS, smem, s>>>(p);
     return cudaSuccess;
 }
 
 template <int U, typename TC>
-cudaError_t d8_launch(const D8 &p, dim3 grid, cudaStream_t s)
+cudaError_t d8_launch(const D8 &p, dim3 grid, cudaStream_t s, bool wg)
 {
-    if (p.M <= 8) return d8_launch_one<U, 1, TC>(p, grid, s);
-    if (p.M <= 16) return d8_launch_one<U, 2, TC>(p, grid, s);
-    if (p.M <= 32) return d8_launch_one<U, 4, TC>(p, grid, s);
-    return d8_launch_one<U, 8, TC>(p, grid, s);
+    if (p.M <= 8) return d8_launch_one<U, 1, TC>(p, grid, s, wg);
+    if (p.M <= 16) return d8_launch_one<U, 2, TC>(p, grid, s, wg);
+    if (p.M <= 32) return d8_launch_one<U, 4, TC>(p, grid, s, wg);
+    return d8_launch_one<U, 8, TC>(p, grid, s, wg);
 }
 
 /* Whether this build has sm_89+ code for the current device (the mma body): asked once. */
@@ -682,9 +933,13 @@ fp4rl_status fp4rl_cuda_d8_gemm(fp4rl_context *ctx, const uint8_t *a8, const flo
         p.ws = static_cast<float *>(ws);
     }
     const dim3 grid((unsigned)(rblocks * p.slices), (unsigned)mchunks);
+    /* FP4RL_D8_WGMMA=1 (read at every call): the wgmma kernel, on a compute capability 9.0 device
+     * with sm_90a code in the build; else (and by default) the mma.sync one */
+    const char *wenv = getenv("FP4RL_D8_WGMMA");
+    const bool wg = wenv && strcmp(wenv, "1") == 0 && fp4rl_cuda_has_sm90a(ctx);
     cudaError_t e;
-    if (U == 64) e = c_bf16 ? d8_launch<64, uint16_t>(p, grid, cu->stream) : d8_launch<64, float>(p, grid, cu->stream);
-    else e = c_bf16 ? d8_launch<32, uint16_t>(p, grid, cu->stream) : d8_launch<32, float>(p, grid, cu->stream);
+    if (U == 64) e = c_bf16 ? d8_launch<64, uint16_t>(p, grid, cu->stream, wg) : d8_launch<64, float>(p, grid, cu->stream, wg);
+    else e = c_bf16 ? d8_launch<32, uint16_t>(p, grid, cu->stream, wg) : d8_launch<32, float>(p, grid, cu->stream, wg);
     st = e != cudaSuccess ? fp4rl_cuda_fail(ctx, e, "d8_gemm: shared memory attribute") : fp4rl_cuda_check_launch(ctx, "d8_gemm");
     fp4rl_cuda_free_bytes(ctx, ws); /* stream order keeps the block's next user after this kernel */
     return st;

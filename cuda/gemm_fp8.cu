@@ -15,6 +15,7 @@
 #include "format/formats.h"
 #include "format/layout.h"
 #include "format/traits.h"
+#include "wgmma_common.cuh"
 
 namespace {
 
@@ -389,8 +390,10 @@ static_assert(WG_SMEM <= 227 * 1024, "shared memory of one CTA");
 [[maybe_unused]] constexpr int WG_CROW_F32 = 136, WG_CROW_BF16 = 68; /* BF16 unused outside the sm_90a pass */
 static_assert(2 * 64 * WG_CROW_F32 * 4 <= WG_STAGES * WG_STAGE_BYTES, "epilogue staging");
 
-/* The device helpers exist only in the sm_90a pass (the kernel's body is empty elsewhere). */
+/* The device helpers exist only in the sm_90a pass (the kernel's body is empty elsewhere); the
+ * descriptor, fence, commit and wait come from wgmma_common.cuh. */
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+using namespace fp4rl_cuda_wg;
 __device__ __forceinline__ void wg_mbar_init(uint32_t bar, uint32_t count)
 {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -445,23 +448,10 @@ __device__ __forceinline__ void wg_tma_2d(uint32_t dst, const CUtensorMap *map, 
 }
 
 /* Shared-memory matrix descriptor of a K-major tile with the 128-byte swizzle: rows of 128 bytes,
- * 8-row core groups 1024 bytes apart (stride byte offset), leading byte offset unused (1), base
- * offset 0 (tiles 1024-aligned), layout type 1 (128B swizzle) in bits 62-63. A k32 step inside
- * the 128-byte row adds its 32-byte offset to the start address (the hardware applies the XOR). */
-__device__ __forceinline__ uint64_t wg_desc(uint32_t addr)
-{
-    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
-}
-
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_fence_regs(float (&d)[64])
-{
-#pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
+ * 8-row core groups 1024 bytes apart (stride byte offset), leading byte offset unused (16 bytes:
+ * the field's 1), base offset 0 (tiles 1024-aligned), layout type 1 (128B swizzle). A k32 step
+ * inside the 128-byte row adds its 32-byte offset to the start address (the hardware applies the XOR). */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr) { return wg_desc_bits(addr, 16, 1024, 1); }
 
 /* d = A B (scale-d = 0: the old d is ignored), one m64n128k32 E4M3 step, both operands from shared
  * memory. d stays an in-out operand as in CUTLASS (as an output only, ptxas spilled the HiF4
@@ -887,15 +877,12 @@ int fp4rl_cuda_fp8_tc_ok(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K)
     return M >= 512 && N >= 128 && K >= 128 && K % 64 == 0 && M < (1 << 30) && N < (1 << 30) && K < (1 << 30);
 }
 
-int fp4rl_cuda_fp8_wg_ok(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K)
+int fp4rl_cuda_has_sm90a(fp4rl_context *ctx)
 {
     fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
     if (cu->cc_major != 9 || cu->cc_minor != 0) return 0;
-    const char *e = getenv("FP4RL_FP8_WG"); /* "0": the mma.sync kernel everywhere (for comparisons) */
-    if (e && strcmp(e, "0") == 0) return 0;
-    if (M < WG_BM || N < WG_BN || K < WG_BK || K % WG_BK || M >= (1 << 30) || N >= (1 << 30) || K >= (1 << 30)) return 0;
-    /* Whether the build has sm_90a code (the probe's answer, asked once per process; not while a
-     * stream captures a graph, where the probe's copy could not run: the mma.sync kernel then). */
+    /* The probe's answer, asked once per process; not while a stream captures a graph, where the
+     * probe's copy could not run (callers then take their sm_89 kernels). */
     static int probed = -1;
     if (probed < 0) {
         cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -910,9 +897,17 @@ int fp4rl_cuda_fp8_wg_ok(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K)
             cudaFree(d);
         }
         (void)cudaGetLastError();
-        probed = h == 1 && wg_encoder() != NULL;
+        probed = h == 1;
     }
     return probed;
+}
+
+int fp4rl_cuda_fp8_wg_ok(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K)
+{
+    const char *e = getenv("FP4RL_FP8_WG"); /* "0": the mma.sync kernel everywhere (for comparisons) */
+    if (e && strcmp(e, "0") == 0) return 0;
+    if (M < WG_BM || N < WG_BN || K < WG_BK || K % WG_BK || M >= (1 << 30) || N >= (1 << 30) || K >= (1 << 30)) return 0;
+    return fp4rl_cuda_has_sm90a(ctx) && wg_encoder() != NULL;
 }
 
 /* Calls f(unit, C element) with the template arguments of a kernel variant: U in {32, 64} as

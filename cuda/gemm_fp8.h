@@ -69,6 +69,10 @@ fp4rl_status fp4rl_cuda_fp8_gemm_mma(fp4rl_context *ctx, const uint8_t *a8, cons
  * where the gate fails). FP4RL_FP8_WG_PIPE=1 selects its pipelined consumer loop (each job's
  * wgmmas issued before the previous job's promotion; same results), read at every launch. */
 int fp4rl_cuda_fp8_wg_ok(fp4rl_context *ctx, int64_t M, int64_t N, int64_t K);
+/* Whether the device is compute capability 9.0 and this build carries sm_90a code for it (the
+ * wgmma kernels' bodies: fp8_wg_kernel here, decode_fp8.cu's FP4RL_D8_WGMMA kernel): a probe
+ * kernel's answer, asked once per process (0 while a stream captures, before the first answer). */
+int fp4rl_cuda_has_sm90a(fp4rl_context *ctx);
 fp4rl_status fp4rl_cuda_fp8_gemm_wg(fp4rl_context *ctx, const uint8_t *a8, const float *sa, const uint8_t *b8, const float *sb, void *c,
                                     int c_bf16, int64_t M, int64_t N, int64_t K, int U);
 

@@ -10,11 +10,14 @@
  *     a CPU context) followed by a host pre-pass, ResQ dense / 2:4 residual rows included (the
  *     residual x - dequant(Q(x)) quantized on the CPU, the 2:4 mask applied to its decoded values),
  *     ragged K, NaN / Inf units;
- * (d) bad arguments refused with an error.
+ * (d) bad arguments refused with an error;
+ * (e) (a) and (b) again with FP4RL_D8_WGMMA=1 (the wgmma kernel on sm_90a builds run on sm_90),
+ *     HiF4 1D / 2D and MXFP4 1D / 2D, M in {1, 7, 64, 100, 128, 256}, the default split-K.
  * HiF4 and MXFP4 (1D; MXFP4 32 x 32 tiles once), M in {1, 3, 8, 16, 17, 64, 100, 128, 256}, the 3B
  * decode shapes and ragged small ones. FP4RL_D8_QUICK=1: a subset (for compute-sanitizer).
  * Label `gpu`: exits 77 (skipped) without a GPU.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -115,6 +118,9 @@ static float *op8_values(const op8 *o)
 }
 
 static const int64_t MS[] = {1, 3, 8, 16, 17, 64, 100, 128, 256};
+/* The wgmma kernel's cases (FP4RL_D8_WGMMA=1): its M tiles n8 .. n64, a ragged 100, grid y > 1. */
+static const int64_t MS_WG[] = {1, 7, 64, 100, 128, 256};
+static int wg_mode; /* set while FP4RL_D8_WGMMA=1: the MS_WG rows, the default split-K */
 
 /* (a) and (b) for one weight shape and format: every M of MS (a subset when quick or big). */
 static void gemm_case(fp4rl_dtype fmt, int tile, int64_t N, int64_t K)
@@ -124,9 +130,11 @@ static void gemm_case(fp4rl_dtype fmt, int tile, int64_t N, int64_t K)
     op8 w8 = prepass(qw);
     float *wv = op8_values(&w8);
     const int big = N * K > 4000000;
-    for (size_t mi = 0; mi < sizeof MS / sizeof MS[0]; mi++) {
-        const int64_t M = MS[mi];
-        if ((quick || big) && M != 1 && M != 17 && M != 64 && M != 256) continue;
+    const int64_t *ms = wg_mode ? MS_WG : MS;
+    const size_t nms = wg_mode ? sizeof MS_WG / sizeof MS_WG[0] : sizeof MS / sizeof MS[0];
+    for (size_t mi = 0; mi < nms; mi++) {
+        const int64_t M = ms[mi];
+        if ((quick || (big && !wg_mode)) && M != 1 && M != 17 && M != 64 && M != 256) continue;
         float *xa = rand_rows(M, K);
         fp4rl_tensor *qa = quant(gpu, fmt, 0, 1, xa, M, K);
         op8 a8 = prepass(qa);
@@ -135,20 +143,22 @@ static void gemm_case(fp4rl_dtype fmt, int tile, int64_t N, int64_t K)
             void *cref = dev(NULL, cb), *c1 = dev(NULL, cb), *cs = dev(NULL, cb);
             OKG(fp4rl_cuda_fp8_gemm_ref(gpu, a8.b, a8.s, w8.b, w8.s, cref, bf, M, N, K, w8.U));
             OKG(fp4rl_cuda_d8_gemm(gpu, a8.b, a8.s, M, qw, c1, bf, N, 1));
-            const int slices = (int)(mi % 3) + 2 + (K >= 2048 ? 5 : 0);
+            /* wgmma: the kernel's own split (0; at most 32 slices, the bound's slice term) */
+            const int slices = wg_mode ? 0 : (int)(mi % 3) + 2 + (K >= 2048 ? 5 : 0), bound_slices = slices ? slices : 32;
             OKG(fp4rl_cuda_d8_gemm(gpu, a8.b, a8.s, M, qw, cs, bf, N, slices));
             uint8_t *hr = host(cref, cb), *h1 = host(c1, cb), *hs = host(cs, cb);
             int64_t first = -1;
             for (int64_t i = 0; i < (int64_t)cb && first < 0; i++)
                 if (hr[i] != h1[i]) first = i / (bf ? 2 : 4);
-            ck_assert_msg(first < 0, "%s tile %d %lldx%lldx%lld %s: one slice differs from the reference at output %lld (m %lld, n %lld)",
-                          fmt == FP4RL_DTYPE_HIF4 ? "HiF4" : "MXFP4", tile, (long long)M, (long long)N, (long long)K, bf ? "bf16" : "f32",
+            ck_assert_msg(first < 0, "%s%s tile %d %lldx%lldx%lld %s: one slice differs from the reference at output %lld (m %lld, n %lld)",
+                          wg_mode ? "wgmma " : "", fmt == FP4RL_DTYPE_HIF4 ? "HiF4" : "MXFP4", tile, (long long)M, (long long)N, (long long)K,
+                          bf ? "bf16" : "f32",
                           (long long)first, (long long)(first / N), (long long)(first % N));
             /* (b): a sample of the split-K outputs (all of them for small products) */
             float *av = op8_values(&a8);
             const int all = M * N <= 20000;
             const int64_t samples = all ? M * N : 4000;
-            const double rel = (bf ? 0x1p-9 : 0.0) + (double)(2 * (K / w8.U) + 2 + slices) * 0x1p-24;
+            const double rel = (bf ? 0x1p-9 : 0.0) + (double)(2 * (K / w8.U) + 2 + bound_slices) * 0x1p-24;
             for (int64_t sI = 0; sI < samples; sI++) {
                 const int64_t m = all ? sI / N : (int64_t)(unif() * (double)M), n = all ? sI % N : (int64_t)(unif() * (double)N);
                 double ref = 0.0, S = 0.0;
@@ -204,6 +214,30 @@ START_TEST(test_gemm_3b)
     static const int64_t shapes[][2] = {{2048, 2048}, {11008, 2048}, {2048, 11008}};
     for (int f = 0; f < 2; f++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) gemm_case(f ? FP4RL_DTYPE_MXFP4 : FP4RL_DTYPE_HIF4, 0, shapes[i][0], shapes[i][1]);
+}
+END_TEST
+
+/* The wgmma kernel (FP4RL_D8_WGMMA=1, read at every call) against the same reference: one slice
+ * memcmp-equal, the default split within the bound; HiF4 1D and 2D (64 x 64 words), MXFP4 1D and
+ * 32 x 32 tiles; ragged N (not a multiple of the CTA's 128 rows nor of wgmma's 64) and K (not a
+ * multiple of the 128-k chunk), and the 3B shapes (not when quick). Where the device is not an
+ * sm_90 one or the build has no sm_90a code the switch is ignored and this reruns the mma.sync
+ * kernel (still a valid check, of nothing new). */
+START_TEST(test_gemm_wgmma)
+{
+    static const int64_t shapes[][2] = {{77, 64}, {130, 192}, {300, 320}, {2048, 2048}, {256, 2048}, {11008, 2048}, {2048, 11008}};
+    static const struct { fp4rl_dtype fmt; int tile; } fmts[] = {
+        {FP4RL_DTYPE_HIF4, 0}, {FP4RL_DTYPE_HIF4, 64}, {FP4RL_DTYPE_MXFP4, 0}, {FP4RL_DTYPE_MXFP4, 32}};
+    setenv("FP4RL_D8_WGMMA", "1", 1);
+    wg_mode = 1;
+    for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            if (quick && i >= 3) continue;
+            if (fmts[f].tile && i >= 4) continue; /* the 2D tiles: the small shapes and one 3B shape */
+            gemm_case(fmts[f].fmt, fmts[f].tile, shapes[i][0], shapes[i][1]);
+        }
+    wg_mode = 0;
+    unsetenv("FP4RL_D8_WGMMA");
 }
 END_TEST
 
@@ -418,6 +452,7 @@ int main(void)
     tcase_add_test(tc, test_act_gemm);
     tcase_add_test(tc, test_gemm_small);
     if (!quick) tcase_add_test(tc, test_gemm_3b);
+    tcase_add_test(tc, test_gemm_wgmma); /* last: a failure leaves FP4RL_D8_WGMMA set */
     suite_add_tcase(s, tc);
     return fp4rl_check_run_nofork(s);
 }

@@ -13,7 +13,9 @@ address) that contain an HMMA, the one with the most instructions. Prints its in
 weight operand: one m16n8k32 e4m3 mma.sync is two HMMA.16816 on sm_90 and covers 16 x 32 = 512
 weights once per n8 tile of activation rows, so a d8_kernel<U, T, C> of T tiles reads 256 / T
 weights a HMMA - taken from the name unless --weights-per-hmma says otherwise) and the opcode mix
-(the opcode without its modifiers).
+(the opcode without its modifiers). The wgmma kernel (d8_wg_kernel, FP4RL_D8_WGMMA) is counted by
+its QGMMA instructions instead: a m64nNk32 one covers 64 x 32 = 2048 weights for all N activation
+rows of the CTA, issued by the 4 warps of the warpgroup together, so 512 weights a warp's QGMMA.
 
 Example (the d8 kernel, HiF4, M <= 8, FP32 C):
   tools/sass_loop_count.py build/cuda90/CMakeFiles/fp4rl_objects.dir/cuda/decode_fp8.cu.o 'd8_kernel<64, 1, float>'
@@ -57,8 +59,11 @@ def opcode(text):
     return t.split()[0].split(".")[0] if t else ""
 
 
+MMA = ("HMMA", "QGMMA")  # mma.sync on sm_90 (FP16 after an unpack), wgmma E4M3
+
+
 def main_loop(insns):
-    """(lo, hi) addresses of the largest backward-branch region holding an HMMA, or None."""
+    """(lo, hi) addresses of the largest backward-branch region holding an HMMA / QGMMA, or None."""
     best = None
     addrs = [a for a, _ in insns]
     for a, text in insns:
@@ -69,7 +74,7 @@ def main_loop(insns):
         if tgt > a:
             continue
         body = [t for b, t in insns if tgt <= b <= a]
-        if not any(opcode(t) == "HMMA" for t in body):
+        if not any(opcode(t) in MMA for t in body):
             continue
         n = sum(1 for t in body if opcode(t) != "NOP")
         if best is None or n > best[2]:
@@ -114,11 +119,15 @@ def main(argv):
         lo, hi, n = loop
         body = [t for a, t in insns if lo <= a <= hi and opcode(t) != "NOP"]
         mix = collections.Counter(opcode(t) for t in body)
-        hmma = mix.get("HMMA", 0)
+        op = "QGMMA" if mix.get("QGMMA", 0) else "HMMA"
+        hmma = mix.get(op, 0)
         tiles = re.search(r"d8_kernel<\s*\d+,\s*(\d+)", full)
-        w = wph if wph else 256 / int(tiles.group(1)) if tiles else 256  # the weight fragment serves every n8 tile
-        print(f"  loop 0x{lo:04x}..0x{hi:04x}: {n} instructions, {hmma} HMMA, "
-              f"{n / hmma:.1f} per HMMA, {n / (hmma * w):.3f} per weight ({w:g} weights a HMMA)")
+        if op == "QGMMA":
+            w = wph if wph else 512  # 64 weight rows x 32 k a warpgroup (4 warps), every activation row at once
+        else:
+            w = wph if wph else 256 / int(tiles.group(1)) if tiles else 256  # the weight fragment serves every n8 tile
+        print(f"  loop 0x{lo:04x}..0x{hi:04x}: {n} instructions, {hmma} {op}, "
+              f"{n / hmma:.1f} per {op}, {n / (hmma * w):.3f} per weight ({w:g} weights a {op})")
         print("  mix: " + ", ".join(f"{k} {v}" for k, v in mix.most_common(mix_n)))
     if not hits:
         print("no kernel matches " + " ".join(repr(s) for s in subs), file=sys.stderr)
