@@ -23,7 +23,7 @@ L=/tmp/logs; mkdir -p "$FINAL" $L /tmp/optin && tar xJf "$pkg/pkg.tar.xz" -C /tm
 bin=/tmp/optin/pkg/bin
 lt=$(dirname "$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=/tmp/optin/pkg/lib:$lt OPENBLAS_NUM_THREADS=1 FP4RL_FIXTURES=$PWD/tests/fixtures FP4RL_D8_QUICK=1
-ON="FP4RL_ATTN_SPLIT=1 FP4RL_ACT_QDQ4=1 FP4RL_RESQ_HALVES=1 FP4RL_ROLLOUT_W4=1"
+ON="FP4RL_ATTN_SPLIT=1 FP4RL_ACT_QDQ4=1 FP4RL_RESQ_HALVES=1 FP4RL_ROLLOUT_W4=1 FP4RL_D8_WGMMA=1"
 left() { echo $((budget - SECONDS > 5 ? budget - SECONDS : 5)); }
 nvidia-smi --query-gpu=name --format=csv,noheader
 for t in test_decode_fp8:40 test_ops_parity:60 test_rollout_graphs:90 test_rollout_fast:90; do
@@ -35,9 +35,12 @@ done
 if [ -x $bin/test_decode_fp8 ] && command -v compute-sanitizer > /dev/null; then
   (cd /tmp && timeout 60 compute-sanitizer --tool memcheck --leak-check no $bin/test_decode_fp8) > $L/memcheck.log 2>&1
   echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' $L/memcheck.log | tail -1)"
+  (cd /tmp && FP4RL_D8_WGMMA=1 timeout 60 compute-sanitizer --tool memcheck --leak-check no $bin/test_decode_fp8) > $L/memcheck_wg.log 2>&1
+  echo -n "wgmma "
+  echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' $L/memcheck_wg.log | tail -1)"
 fi
 echo "## fp4rl_bench d8 (t=$SECONDS)"
-(cd /tmp && timeout 60 stdbuf -oL $bin/fp4rl_bench 5 d8) > $L/bench_d8.md 2>&1; grep -vE "^\s*$" $L/bench_d8.md | tail -32
+(cd /tmp && timeout 60 stdbuf -oL $bin/fp4rl_bench 5 d8) > $L/bench_d8.md 2>&1; grep -vE "^\s*$" $L/bench_d8.md | tail -60
 for s in 1 0; do
   echo "## fp4rl_bench attn, FP4RL_ATTN_SPLIT=$s (t=$SECONDS)"
   (cd /tmp && FP4RL_ATTN_SPLIT=$s timeout 40 stdbuf -oL $bin/fp4rl_bench 5 attn) > $L/attn_$s.md 2>&1; grep -E "^\| (3B|7B)" $L/attn_$s.md
@@ -50,6 +53,7 @@ roll() { # numerics, then env settings; one line of tokens/s
 }
 roll hif4 $ON
 roll hif4 ${ON/FP4RL_ROLLOUT_W4=1/FP4RL_ROLLOUT_W4=0}
+roll hif4 ${ON/FP4RL_D8_WGMMA=1/FP4RL_D8_WGMMA=0}
 roll hif4 ${ON/FP4RL_RESQ_HALVES=1/FP4RL_RESQ_HALVES=0}
 roll hif4 ${ON/FP4RL_ACT_QDQ4=1/FP4RL_ACT_QDQ4=0}
 roll bf16 FP4RL_ATTN_SPLIT=1
