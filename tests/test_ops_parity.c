@@ -1245,9 +1245,6 @@ END_TEST
 int main(void)
 {
     if (fp4rl_gpu_or_skip("test_ops_parity")) return 77;
-    /* the kernels still opt-in (not yet the default) are the ones these checks are for */
-    setenv("FP4RL_ATTN_SPLIT", "1", 1);
-    setenv("FP4RL_ACT_QDQ4", "1", 1);
     Suite *su = suite_create("ops_parity");
     TCase *tc = tcase_create("ops");
     tcase_add_checked_fixture(tc, setup, teardown);

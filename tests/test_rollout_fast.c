@@ -607,7 +607,6 @@ END_TEST
 
 int main(void)
 {
-    setenv("FP4RL_RESQ_HALVES", "1", 1); /* the ResQ rollouts below take the opt-in halves path */
     Suite *su = suite_create("rollout_fast");
     TCase *tc = tcase_create("fused");
     tcase_add_checked_fixture(tc, setup, teardown);

@@ -88,14 +88,14 @@ typedef struct fast_plan {
     int resq; /* FP4RL_RESQ_OFF / _DENSE / _2_4 */
     int w4;   /* W4A4 decode GEMMs (plan_w4): the packed weights are kept too */
     /* ResQ: q/k/v's and gate/up's consumers read the GEMM's two halves (fast_gemm_halves) instead
-     * of add_halves' sum. Opt-in (FP4RL_RESQ_HALVES=1) until its kernels have run on a GPU. */
+     * of add_halves' sum. On unless FP4RL_RESQ_HALVES=0 (the HiF4 + ResQ rollout ~3.5% faster on an H100). */
     int halves_direct;
 } fast_plan;
 
 static fast_plan plan_fast(fp4rl_model *m, const fp4rl_linear_spec *s, int resq)
 {
     const char *hv = getenv("FP4RL_RESQ_HALVES");
-    fast_plan f = {0, -1, 0, FP4RL_RESQ_OFF, 0, hv && hv[0] == '1'};
+    fast_plan f = {0, -1, 0, FP4RL_RESQ_OFF, 0, !(hv && hv[0] == '0')};
     if (m->rollout_generic || !m->ops->rollout_act || !m->ops->linear_forward_bf16 || !m->ops->pack_bf16) return f;
     if (!fp4rl_linear_bf16_exact(s, FP4RL_ROLE_WEIGHT) || !fp4rl_linear_bf16_exact(s, FP4RL_ROLE_ACTIVATION)) return f;
     if (s->mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUMERICS_FP4) { /* MXFP4 or HiF4: a qdq_block.h format */
