@@ -36,8 +36,7 @@ if [ -x $bin/test_decode_fp8 ] && command -v compute-sanitizer > /dev/null; then
   (cd /tmp && timeout 60 compute-sanitizer --tool memcheck --leak-check no $bin/test_decode_fp8) > $L/memcheck.log 2>&1
   echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' $L/memcheck.log | tail -1)"
   (cd /tmp && FP4RL_D8_WGMMA=1 timeout 60 compute-sanitizer --tool memcheck --leak-check no $bin/test_decode_fp8) > $L/memcheck_wg.log 2>&1
-  echo -n "wgmma "
-  echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' $L/memcheck_wg.log | tail -1)"
+  echo "wgmma memcheck rc=$? $(grep -E 'ERROR SUMMARY' $L/memcheck_wg.log | tail -1)"
 fi
 echo "## fp4rl_bench d8 (t=$SECONDS)"
 (cd /tmp && timeout 60 stdbuf -oL $bin/fp4rl_bench 5 d8) > $L/bench_d8.md 2>&1; grep -vE "^\s*$" $L/bench_d8.md | tail -60
