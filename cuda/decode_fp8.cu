@@ -27,6 +27,12 @@
  * CTA, copies (D8Copies), ring, promotion and epilogue (d8_finish); the dequantised weights are
  * wgmma's register-sourced A (m64nNk32, N = the CTA's 8 NT activation rows), the activations its
  * K-major shared-memory B (natural k order: see the kernel's comment). Same bits with one slice.
+ *
+ * FP4RL_D8_PERSIST=1 (read at every call; off by default; fp4rl_cuda_d8_gemm_tiles only, M <= 64,
+ * sm_90+ with sm_90+ code): d8p_kernel, persistent and warp-specialised, on the weight re-laid out
+ * once (fp4rl_cuda_d8_relayout) so that a ring stage is one bulk copy; a producer warp feeds an
+ * mbarrier ring, 4 consumer warps run d8_kernel's unit body (d8_unit) without CTA barriers. Same
+ * bits with one slice. The comment above d8p_kernel has the layout, the phases and the sizes.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -758,7 +764,8 @@ template <int U, int NT>
 struct PStage {
     static constexpr int AROWS = NT * 8, UPC = KC / U;
     static constexpr int ASTR = P_CPS * KC + (U == 64 ? 64 : 32);
-    static constexpr int W = 0, A = P_CPS * P_CHUNK_BYTES, AS = A + AROWS * ASTR;
+    /* the weight chunks at 0, then the activation rows, then their scales */
+    static constexpr int A = P_CPS * P_CHUNK_BYTES, AS = A + AROWS * ASTR;
     static constexpr int BYTES = AS + P_CPS * UPC * AROWS * 4;
     static_assert(A % 16 == 0 && AS % 16 == 0 && BYTES % 16 == 0 && ASTR % 16 == 0, "bulk-copy destinations are 16-byte aligned");
 };
@@ -851,7 +858,7 @@ __global__ void __launch_bounds__(P_THREADS) d8p_kernel(D8P p)
                 __syncwarp();
                 for (int i = lane; i < 1 + p.M + nu; i += 32) {
                     if (i == 0) {
-                        wg_bulk(st + S::W, p.tiles + ((int64_t)rb * p.chunks + c) * P_CHUNK_BYTES, (uint32_t)(n * P_CHUNK_BYTES), fb);
+                        wg_bulk(st, p.tiles + ((int64_t)rb * p.chunks + c) * P_CHUNK_BYTES, (uint32_t)(n * P_CHUNK_BYTES), fb);
                     } else if (i <= p.M) {
                         wg_bulk(st + S::A + (i - 1) * S::ASTR, p.a8 + (int64_t)(i - 1) * p.K + (int64_t)c * KC, (uint32_t)abytes, fb);
                     } else {
@@ -901,7 +908,7 @@ __global__ void __launch_bounds__(P_THREADS) d8p_kernel(D8P p)
             for (int j = 0; j < P_CPS; j++) {
                 if (j > 0 && j >= n) break; /* uniform: a slice's last stage may hold one chunk */
                 const int uleft = units - (c + j) * UPC;
-                const uint8_t *cw = st + S::W + j * P_CHUNK_BYTES;
+                const uint8_t *cw = st + j * P_CHUNK_BYTES;
                 const uint8_t *ab = st + S::A + j * KC;
                 const float *asb = reinterpret_cast<const float *>(st + S::AS) + j * UPC * AROWS + 2 * t;
 #pragma unroll
@@ -1228,9 +1235,10 @@ fp4rl_status d8_gemm(fp4rl_context *ctx, const uint8_t *a8, const float *sa, int
     p.lda = FP4RL_FP8_SCALE_LD(M);
     /* FP4RL_D8_PERSIST=1 (read at every call) with a re-laid-out weight, M <= 64, on an sm_90+
      * device with sm_90+ code in the build: d8p_kernel; FP4RL_D8_PERSIST_CTAS (1..4, default 2)
-     * sets its CTAs a multiprocessor (a tuning knob for the GPU measurements) */
+     * sets its CTAs a multiprocessor (a tuning knob for the GPU measurements). Its bulk copies of
+     * activation scales need a 16-byte aligned sa (else the other kernels). */
     const char *penv = getenv("FP4RL_D8_PERSIST");
-    if (tiles && penv && strcmp(penv, "1") == 0 && M <= P_MAX_M && d8_arch_ok(ctx, 90)) {
+    if (tiles && penv && strcmp(penv, "1") == 0 && M <= P_MAX_M && !((uintptr_t)sa & 15) && d8_arch_ok(ctx, 90)) {
         const char *cenv = getenv("FP4RL_D8_PERSIST_CTAS");
         const int ctas = cenv && atoi(cenv) >= 1 && atoi(cenv) <= 4 ? atoi(cenv) : 2;
         p.tiles = static_cast<const uint8_t *>(tiles);

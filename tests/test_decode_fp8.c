@@ -445,6 +445,10 @@ START_TEST(test_refusals)
     float *sa = dev(NULL, 4096), *c = dev(NULL, 64 * 64 * 4);
     ck_assert_int_eq(fp4rl_cuda_d8_gemm(gpu, a8, sa, 1, q, c, 0, 64, 0), FP4RL_ERR_UNSUPPORTED);
     ck_assert(fp4rl_last_error()[0] != 0);
+    void *tiles = NULL;
+    ck_assert_int_eq(fp4rl_cuda_d8_relayout(gpu, q, &tiles, NULL), FP4RL_ERR_UNSUPPORTED);
+    ck_assert(tiles == NULL);
+    ck_assert_int_ne(fp4rl_cuda_d8_gemm_tiles(gpu, a8, sa, 1, q, NULL, c, 0, 64, 0), FP4RL_OK);
     fp4rl_tensor_destroy(q);
     q = quant(gpu, FP4RL_DTYPE_HIF4, 0, 1, x, 50, 64);
     ck_assert_int_ne(fp4rl_cuda_d8_gemm(gpu, NULL, sa, 1, q, c, 0, 50, 0), FP4RL_OK);
