@@ -1161,26 +1161,38 @@ cudaError_t d8p_launch_one(fp4rl_context *ctx, D8P &p, int slices, int ctas, voi
 {
     fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
     using S = PStage<U, NT>;
-    int dev = 0, sm_smem = 0, blk_smem = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&blk_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (e != cudaSuccess) return e;
-    const int per_cta = min(blk_smem, sm_smem / ctas - 1024 /* the runtime's reserve a CTA */ - 16 /* `last` */);
-    p.stages = max(2, min(P_MAX_STAGES, per_cta / (S::BYTES + 16)));
-    const int smem = p.stages * (S::BYTES + 16);
     void (*kernel)(D8P) = d8p_kernel<U, NT, TC>;
-    if ((e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
-    int occ = 0;
-    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, P_THREADS, smem)) != cudaSuccess) return e;
+    /* the ring's size, the attribute and the occupancy: once per (device, ctas) and variant, not
+     * at every call (the host calls would cost about as much as an M = 1 GEMM) */
+    static int c_dev = -1, c_ctas = 0, c_stages = 0, c_smem = 0, c_occ = 0;
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev != c_dev || ctas != c_ctas) {
+        int sm_smem = 0, blk_smem = 0, occ = 0;
+        if ((e = cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev)) != cudaSuccess) return e;
+        if ((e = cudaDeviceGetAttribute(&blk_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess) return e;
+        const int per_cta = min(blk_smem, sm_smem / ctas - 1024 /* the runtime's reserve a CTA */ - 16 /* `last` */);
+        const int stages = max(2, min(P_MAX_STAGES, per_cta / (S::BYTES + 16)));
+        const int smem = stages * (S::BYTES + 16);
+        if ((e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
+        if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, P_THREADS, smem)) != cudaSuccess) return e;
+        c_stages = stages, c_smem = smem, c_occ = occ, c_ctas = ctas, c_dev = dev;
+    }
+    p.stages = c_stages;
+    const int smem = c_smem, occ = c_occ;
     const int cap = cu->sm_count * max(occ, 1);
     int want = slices;
-    if (want <= 0) { /* fewest waves x stages a work item; ties to fewer slices */
-        long best = -1;
+    if (want <= 0) {
+        /* fewest waves x (stages a work item + its split-K traffic: 128 x M partials written and
+         * read again, in units of a stage's weight bytes); ties to fewer slices */
+        double best = -1.0;
         for (int s = 1; s <= min(32, p.chunks); s++) {
             const int cps = (p.chunks + s - 1) / s, sl = (p.chunks + cps - 1) / cps;
-            const long items = (long)p.rblocks * sl, cost = ((items + cap - 1) / cap) * ((cps + P_CPS - 1) / P_CPS);
-            if (best < 0 || cost < best) best = cost, want = s;
+            const long items = (long)p.rblocks * sl;
+            const double item = (double)((cps + P_CPS - 1) / P_CPS) + (sl > 1 ? 2.0 * ROWS * 4 * p.M / (P_CPS * P_CHUNK_BYTES) : 0.0);
+            const double cost = (double)((items + cap - 1) / cap) * item;
+            if (best < 0.0 || cost < best) best = cost, want = s;
         }
     }
     want = max(1, min(want, p.chunks));
