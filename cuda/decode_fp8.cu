@@ -361,8 +361,10 @@ __device__ __forceinline__ void d8_finish(const D8 &p, const float (&acc)[2][NT]
  * unit's codes of row wr0 (rows 64 bytes apart: a chunk's swizzled [128][64] layout), ws row wr0's
  * 8-byte scale slot of the chunk (rows 8 bytes apart), a activation row g's 16 (HiF4) or 8 (MXFP4)
  * bytes of the unit (row nt * 8 + g at a + nt * ASTR8), as the unit's activation scale of row 2t
- * (rows nt * 8 at as + nt * 8). MXFP4: soff[mt][hh] + ul is the unit's byte in the row's slot. */
-template <int U, int NT, int ASTR8>
+ * (rows nt * 8 at as + nt * 8). MXFP4: soff[mt][hh] + ul is the unit's E8M0 byte in the row's slot;
+ * MXPRE (the re-laid-out weight): the slot holds the chunk's four unit scales 2^e / 2 as the top
+ * 16 bits of their FP32 values instead (exact: every such value has zero low bits, 2^-128 too). */
+template <int U, int NT, int ASTR8, bool MXPRE = false>
 __device__ __forceinline__ void d8_unit(float (&acc)[2][NT][4], const uint8_t *cw_base, const uint8_t *ws_base, const uint8_t *a_base,
                                         const float *as_base, int ul, uint32_t sh8, uint32_t sh16, const int (&soff)[2][2])
 {
@@ -399,8 +401,13 @@ __device__ __forceinline__ void d8_unit(float (&acc)[2][NT][4], const uint8_t *c
             } else {
                 const uint32_t w = *reinterpret_cast<const uint32_t *>(cw_base + ro * 64);
                 const uint2 sp = *reinterpret_cast<const uint2 *>(ws_base + ro * 8);
-                const uint8_t sb = (uint8_t)(__byte_perm(sp.x, sp.y, (uint32_t)(soff[mt][hh] + ul)) & 0xffu);
-                wsc[mt][hh] = fp4rl_e8m0_decode(sb) * 0.5f;
+                if constexpr (MXPRE) {
+                    const uint32_t h = (ul & 2) ? sp.y : sp.x;
+                    wsc[mt][hh] = fp4rl_bits_f32((ul & 1) ? h & 0xffff0000u : h << 16);
+                } else {
+                    const uint8_t sb = (uint8_t)(__byte_perm(sp.x, sp.y, (uint32_t)(soff[mt][hh] + ul)) & 0xffu);
+                    wsc[mt][hh] = fp4rl_e8m0_decode(sb) * 0.5f;
+                }
                 uint32_t sg_lo, sg_hi;
                 signs8(w, sg_lo, sg_hi);
                 const uint32_t sel = w & 0x77777777u;
@@ -731,8 +738,9 @@ __global__ void __launch_bounds__(THREADS) d8_wg_kernel(D8 p)
  * - the weight is re-laid out once (fp4rl_cuda_d8_relayout, per weight sync) as chunks of
  *   P_CHUNK_BYTES: a 128-row x 128-k chunk's codes in d8_kernel's swizzled shared layout
  *   [128][64] (wswz), then its scale slots [128][8] (HiF4: the chunk's two words; MXFP4: its four
- *   E8M0 bytes in bytes 0..3, 32 x 32 tiles expanded to every row), chunk-major within a row
- *   block. A ring stage (P_CPS chunks of one row block) is then one contiguous bulk copy, and the
+ *   unit scales 2^e / 2 pre-decoded as the top halves of their FP32 values, one shift a unit in
+ *   the loop instead of the E8M0 decode; 32 x 32 tiles expanded to every row), chunk-major within
+ *   a row block. A ring stage (P_CPS chunks of one row block) is then one contiguous bulk copy, and the
  *   consumers' reads are d8_kernel's, conflict-free as there. Rows past N and units past K are
  *   zero codes and zero scale bytes.
  * - one producer warp streams each stage with cp.async.bulk (one weight copy, one per activation
@@ -794,11 +802,11 @@ __global__ void __launch_bounds__(ROWS) d8p_relayout_k(uint8_t *out, D8P p)
 #pragma unroll
                 for (int ul = 0; ul < UPC; ul++)
                     if (ul < uleft) sl[ul] = ws[ul];
-            } else {
+            } else { /* the scales 2^e / 2 as d8_kernel decodes them, their top halves (d8_unit's MXPRE) */
                 const uint8_t *ws = static_cast<const uint8_t *>(p.wscales) + (int64_t)(p.tile ? n >> 5 : n) * p.scale_cols + (int64_t)c * UPC;
 #pragma unroll
                 for (int ul = 0; ul < UPC; ul++)
-                    if (ul < uleft) sl[0] |= (uint32_t)ws[ul] << (8 * ul);
+                    if (ul < uleft) sl[ul >> 1] |= (fp4rl_f32_bits(fp4rl_e8m0_decode(ws[ul]) * 0.5f) >> 16) << (16 * (ul & 1));
             }
         }
         *reinterpret_cast<uint2 *>(dst + ROWS * 64 + r * 8) = make_uint2(sl[0], sl[1]);
@@ -886,7 +894,7 @@ __global__ void __launch_bounds__(P_THREADS) d8p_kernel(D8P p)
         }
     }
     const uint32_t sh8 = FP4RL_HIF4_E8_SHIFT + 2 * t, sh16 = FP4RL_HIF4_E16_SHIFT + 4 * t;
-    const int soff[2][2] = {{0, 0}, {0, 0}}; /* MXFP4: the re-layout puts unit ul's byte at byte ul */
+    const int soff[2][2] = {{0, 0}, {0, 0}}; /* unused: MXPRE */
     const int row0[2] = {wr0, wr0 + 16};
     uint32_t it = 0;
     for (int item = blockIdx.x; item < p.items; item += gridDim.x) {
@@ -914,7 +922,7 @@ __global__ void __launch_bounds__(P_THREADS) d8p_kernel(D8P p)
 #pragma unroll
                 for (int ul = 0; ul < UPC; ul++) {
                     if (ul > 0 && ul >= uleft) break; /* uniform: units past K add nothing (the reference has none) */
-                    d8_unit<U, NT, 8 * S::ASTR>(acc, cw + cofs[ul], cw + ROWS * 64 + wr0 * 8, ab + aofs[ul], asb + ul * AROWS, ul, sh8, sh16, soff);
+                    d8_unit<U, NT, 8 * S::ASTR, true>(acc, cw + cofs[ul], cw + ROWS * 64 + wr0 * 8, ab + aofs[ul], asb + ul * AROWS, ul, sh8, sh16, soff);
                 }
             }
             __syncwarp(); /* every lane's reads of the stage, before the warp releases it */
