@@ -876,6 +876,11 @@ __global__ void __launch_bounds__(P_THREADS) d8p_kernel(D8P p)
                 }
             }
         }
+        /* Tail: the waits for the next `stages` stages, i.e. until the consumers have released
+         * every stage - so a pipeline bug (a byte count that never lands, a lost arrival) traps here
+         * after ~1 s instead of leaving the consumers spinning on a full barrier for ever. */
+        for (uint32_t k = it; k < it + (uint32_t)stages; k++)
+            wg_mbar_wait_or_trap(bar_empty + 8 * (k % (uint32_t)stages), ((k / (uint32_t)stages) & 1u) ^ 1u);
         return;
     }
 
