@@ -41,7 +41,9 @@
  *                                    N = K = 8192 and the 3B shapes, M in {1, 16, 64, 128, 256}:
  *                                    time (auto split-K and one slice), speed-up, weight bytes per
  *                                    second as a share of the copy bandwidth; weights rotated out of L2;
- *                                    each M twice: FP4RL_D8_WGMMA unset (mma.sync) and =1 ("M wg")
+ *                                    each M twice: FP4RL_D8_WGMMA unset (mma.sync) and =1 ("M wg"),
+ *                                    and for M <= 64 with FP4RL_D8_PERSIST=1 ("M p": the persistent
+ *                                    kernel on the re-laid-out weight)
  *   fp4rl_bench [reps] dgprof F M    only 3 + reps launches of the packed kernel, format F
  *                                    (mxfp4 / nvfp4 / hif4), M rows, N = K = 8192 (for ncu)
  *   fp4rl_bench [reps] attn          sections 1 and 7: the decode attention (attention_rows) at the
@@ -510,8 +512,9 @@ static void d8_section(double copy_bw, double l2)
     const fp4rl_dtype fmts[2] = {FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP4};
     printf("\n## W4A4 decode GEMM on the FP8 tensor cores (cuda/decode_fp8.h) vs cuBLASLt BF16, FP32 output, weights rotated out of L2\n\n");
     printf("x = cuBLASLt BF16 time / d8 time (auto split-K); 1s = one K slice (bit-exact mode); %%copy = weight bytes (codes + scales) per "
-           "second / copy bandwidth (%.0f GB/s); M wg: FP4RL_D8_WGMMA=1 (the wgmma kernel on sm_90a). The activation quantizer "
-           "(act_e4m3) is not timed.\n\n", copy_bw);
+           "second / copy bandwidth (%.0f GB/s); M wg: FP4RL_D8_WGMMA=1 (the wgmma kernel on sm_90a); M p: FP4RL_D8_PERSIST=1 with the "
+           "re-laid-out weight (fp4rl_cuda_d8_gemm_tiles: the persistent kernel on sm_90+, M <= 64; the re-layout is not timed). The "
+           "activation quantizer (act_e4m3) is not timed.\n\n", copy_bw);
     printf("| shape (N x K) | M | BF16 us | %%copy | hif4 us | x | %%copy | hif4 1s us | mxfp4 us | x | %%copy | mxfp4 1s us |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Shape &sh : shapes) {
@@ -531,6 +534,14 @@ static void d8_section(double copy_bw, double l2)
             }
             fp4rl_quant_policy_destroy(p);
         }
+        /* the persistent kernel's re-laid-out weights (one per rotated weight, made once) */
+        std::vector<void *> wt[2];
+        for (int f = 0; f < 2; f++)
+            for (fp4rl_tensor *q : wq[f]) {
+                void *t = NULL;
+                CK(fp4rl_cuda_d8_relayout(ctx, q, &t, NULL));
+                wt[f].push_back(t);
+            }
         const int64_t dy[2] = {256, N};
         fp4rl_tensor *y;
         CK(fp4rl_tensor_zeros(&y, ctx, FP4RL_DTYPE_F32, 2, dy));
@@ -552,21 +563,31 @@ static void d8_section(double copy_bw, double l2)
                 CK(fp4rl_cuda_act_e4m3(ctx, a8[f], sa[f], xd, M, K, fmts[f], 1, FP4RL_RESQ_OFF, NULL));
             }
             /* a row with FP4RL_D8_WGMMA unset (the mma.sync kernel), one with it =1 ("M wg": the wgmma
-             * kernel where the device and the build have sm_90a, else the mma.sync kernel again) */
-            for (int wg = 0; wg < 2; wg++) {
-                if (wg) setenv("FP4RL_D8_WGMMA", "1", 1);
+             * kernel where the device and the build have sm_90a, else the mma.sync kernel again), and
+             * for M <= 64 one with FP4RL_D8_PERSIST=1 ("M p": the persistent kernel on sm_90+, else the
+             * mma.sync kernel again) */
+            for (int wg = 0; wg < 3; wg++) {
+                if (wg == 2 && M > 64) break;
+                if (wg == 1) setenv("FP4RL_D8_WGMMA", "1", 1);
                 else unsetenv("FP4RL_D8_WGMMA");
-                printf("| %s (%lld x %lld) | %lld%s | %.1f | %.0f%% |", sh.name, (long long)N, (long long)K, (long long)M, wg ? " wg" : "",
-                       base * 1e3, 100.0 * bf_bytes / (base * 1e-3) / 1e9 / copy_bw);
+                if (wg == 2) setenv("FP4RL_D8_PERSIST", "1", 1);
+                else unsetenv("FP4RL_D8_PERSIST");
+                printf("| %s (%lld x %lld) | %lld%s | %.1f | %.0f%% |", sh.name, (long long)N, (long long)K, (long long)M,
+                       wg == 1 ? " wg" : wg == 2 ? " p" : "", base * 1e3, 100.0 * bf_bytes / (base * 1e-3) / 1e9 / copy_bw);
                 for (int f = 0; f < 2; f++) {
-                    const double ms = time_ms([&](int i) { CK(fp4rl_cuda_d8_gemm(ctx, a8[f], sa[f], M, wq[f][i % wq[f].size()], yp, 0, N, 0)); });
-                    const double ms1 = time_ms([&](int i) { CK(fp4rl_cuda_d8_gemm(ctx, a8[f], sa[f], M, wq[f][i % wq[f].size()], yp, 0, N, 1)); });
+                    auto run = [&](int i, int slices) {
+                        const size_t j = i % wq[f].size();
+                        CK(fp4rl_cuda_d8_gemm_tiles(ctx, a8[f], sa[f], M, wq[f][j], wt[f][j], yp, 0, N, slices));
+                    };
+                    const double ms = time_ms([&](int i) { run(i, 0); });
+                    const double ms1 = time_ms([&](int i) { run(i, 1); });
                     printf(" %.1f | %.2f | %.0f%% | %.1f |", ms * 1e3, base / ms, 100.0 * qbytes[f] / (ms * 1e-3) / 1e9 / copy_bw, ms1 * 1e3);
                 }
                 printf("\n");
                 fflush(stdout);
             }
             unsetenv("FP4RL_D8_WGMMA");
+            unsetenv("FP4RL_D8_PERSIST");
             for (int f = 0; f < 2; f++) {
                 CU(cudaFree(a8[f]));
                 CU(cudaFree(sa[f]));
@@ -576,8 +597,10 @@ static void d8_section(double copy_bw, double l2)
         }
         fp4rl_tensor_destroy(y);
         for (auto *t : wb) fp4rl_tensor_destroy(t);
-        for (int f = 0; f < 2; f++)
+        for (int f = 0; f < 2; f++) {
             for (auto *t : wq[f]) fp4rl_tensor_destroy(t);
+            for (void *t : wt[f]) fp4rl_cuda_free_bytes(ctx, t);
+        }
     }
 }
 

@@ -27,6 +27,12 @@
  * CTA, copies (D8Copies), ring, promotion and epilogue (d8_finish); the dequantised weights are
  * wgmma's register-sourced A (m64nNk32, N = the CTA's 8 NT activation rows), the activations its
  * K-major shared-memory B (natural k order: see the kernel's comment). Same bits with one slice.
+ *
+ * FP4RL_D8_PERSIST=1 (read at every call; off by default; fp4rl_cuda_d8_gemm_tiles only, M <= 64,
+ * sm_90+ with sm_90+ code): d8p_kernel, persistent and warp-specialised, on the weight re-laid out
+ * once (fp4rl_cuda_d8_relayout) so that a ring stage is one bulk copy; a producer warp feeds an
+ * mbarrier ring, 4 consumer warps run d8_kernel's unit body (d8_unit) without CTA barriers. Same
+ * bits with one slice. The comment above d8p_kernel has the layout, the phases and the sizes.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +67,12 @@ struct D8 {
     int tile;          /* MXFP4: 0 (1D) or 32 (2D tiles) */
     int64_t lda;       /* FP4RL_FP8_SCALE_LD(M) */
     int slices, chunks_per_slice, chunks;
+};
+/* d8p_kernel's parameters (its own struct: d8_kernel's stays as it was): the re-laid-out weight
+ * (fp4rl_cuda_d8_relayout), row blocks, work items (row block x K slice) and ring stages. */
+struct D8P : D8 {
+    const uint8_t *tiles;
+    int rblocks, items, stages;
 };
 
 /* Shared memory of one stage. Weight codes [128 rows][64 bytes], the 16-byte chunk c of row r at
@@ -283,7 +295,16 @@ struct D8Copies {
  * (independent of timing). acc[mt][nt][i] is the output at weight row rb * ROWS + row0[mt] +
  * (i >> 1) * 8, activation row m0 + nt * 8 + 2t + (i & 1): the C fragment of mma.sync m16n8 and
  * of wgmma m64nN alike, the kernels' warps differing only in row0. */
-template <int NT, typename TC>
+/* The CTA barrier of d8_finish: __syncthreads, or (NAMED, d8p_kernel) named barrier 1 over the 4
+ * consumer warps only, the producer warp being elsewhere. */
+template <bool NAMED>
+__device__ __forceinline__ void d8_bar()
+{
+    if constexpr (NAMED) asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+    else __syncthreads();
+}
+
+template <int NT, typename TC, bool NAMED = false>
 __device__ __forceinline__ void d8_finish(const D8 &p, const float (&acc)[2][NT][4], const int (&row0)[2], int rb, int slice, int m0, int t,
                                           int tid, int &last)
 {
@@ -313,14 +334,14 @@ __device__ __forceinline__ void d8_finish(const D8 &p, const float (&acc)[2][NT]
                 if (m < p.M && n < p.N) p.ws[((int64_t)slice * p.M + m) * p.N + n] = acc[mt][nt][i];
             }
     __threadfence();
-    __syncthreads();
+    d8_bar<NAMED>();
     const int ctr = rb * gridDim.y + blockIdx.y;
     if (tid == 0) {
         const unsigned prev = atomicAdd(&p.counters[ctr], 1u);
         last = prev == (unsigned)p.slices - 1;
         if (last) p.counters[ctr] = 0; /* zero again for the next launch */
     }
-    __syncthreads();
+    d8_bar<NAMED>();
     if (!last) return;
     __threadfence();
     const int mrows = min(MCHUNK, p.M - m0);
@@ -330,6 +351,100 @@ __device__ __forceinline__ void d8_finish(const D8 &p, const float (&acc)[2][NT]
         float sum = 0.0f;
         for (int s = 0; s < p.slices; s++) sum = __fadd_rn(sum, __ldcg(&p.ws[((int64_t)s * p.M + m) * p.N + n]));
         store(m, n, sum);
+    }
+}
+
+/* One unit (ul of its 128-k chunk) of this thread's part of the CTA's 128 x NT * 8 outputs: the
+ * weight rows wr0 + mt * 16 + hh * 8 dequantised in registers, the k32 steps' mma.sync from zero,
+ * and the promotion acc = acc + p * (sa * sw) - d8_kernel's loop body, which d8p_kernel runs too
+ * (the same instructions, so the same bits). Pointers, already at this thread's bytes: cw the
+ * unit's codes of row wr0 (rows 64 bytes apart: a chunk's swizzled [128][64] layout), ws row wr0's
+ * 8-byte scale slot of the chunk (rows 8 bytes apart), a activation row g's 16 (HiF4) or 8 (MXFP4)
+ * bytes of the unit (row nt * 8 + g at a + nt * ASTR8), as the unit's activation scale of row 2t
+ * (rows nt * 8 at as + nt * 8). MXFP4: soff[mt][hh] + ul is the unit's E8M0 byte in the row's slot;
+ * MXPRE (the re-laid-out weight): the slot holds the chunk's four unit scales 2^e / 2 as the top
+ * 16 bits of their FP32 values instead (exact: every such value has zero low bits, 2^-128 too). */
+template <int U, int NT, int ASTR8, bool MXPRE = false>
+__device__ __forceinline__ void d8_unit(float (&acc)[2][NT][4], const uint8_t *cw_base, const uint8_t *ws_base, const uint8_t *a_base,
+                                        const float *as_base, int ul, uint32_t sh8, uint32_t sh16, const int (&soff)[2][2])
+{
+    constexpr bool HIF4 = U == 64;
+    (void)sh8, (void)sh16, (void)soff;
+    uint32_t af[2][HIF4 ? 2 : 1][4]; /* [mt][k32 step][a0..a3] */
+    float wsc[2][2];                 /* [mt][hh] unit scales of the weight rows */
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int ro = mt * 16 + hh * 8; /* row offset from wr0 */
+            if constexpr (HIF4) {
+                const uint2 cw = *reinterpret_cast<const uint2 *>(cw_base + ro * 64);
+                const uint32_t word = *reinterpret_cast<const uint32_t *>(ws_base + ro * 8 + ul * 4);
+                wsc[mt][hh] = hif4_unit_scale_bits(word);
+                /* micro-block 4t + 2s + h's increment e8[2t + s] + e16[4t + 2s + h] enters its
+                 * tables as inc * 0x08080800 (lo) and inc * 0x08080808 (hi); with the bits
+                 * isolated in place (value bit << j) the multiplier is shifted right by j
+                 * instead, and the e8 part is shared by the word's two micro-blocks */
+                const uint32_t x8 = word >> sh8, x16 = word >> sh16;
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    const uint32_t w = s ? cw.y : cw.x, sel = w & 0x77777777u;
+                    uint32_t sg_lo, sg_hi;
+                    signs8(w, sg_lo, sg_hi);
+                    const uint32_t a = x8 & (1u << s);
+                    const uint32_t lo_s = HIF4_LO + a * (0x08080800u >> s), hi_s = HIF4_HI + a * (0x08080808u >> s);
+                    const uint32_t b0 = x16 & (1u << (2 * s)), b1 = x16 & (2u << (2 * s));
+                    af[mt][s][hh] = enc4(lo_s + b0 * (0x08080800u >> (2 * s)), hi_s + b0 * (0x08080808u >> (2 * s)), sel, sg_lo);
+                    af[mt][s][2 + hh] =
+                        enc4(lo_s + b1 * (0x08080800u >> (2 * s + 1)), hi_s + b1 * (0x08080808u >> (2 * s + 1)), sel >> 16, sg_hi);
+                }
+            } else {
+                const uint32_t w = *reinterpret_cast<const uint32_t *>(cw_base + ro * 64);
+                const uint2 sp = *reinterpret_cast<const uint2 *>(ws_base + ro * 8);
+                if constexpr (MXPRE) {
+                    const uint32_t h = (ul & 2) ? sp.y : sp.x;
+                    wsc[mt][hh] = fp4rl_bits_f32((ul & 1) ? h & 0xffff0000u : h << 16);
+                } else {
+                    const uint8_t sb = (uint8_t)(__byte_perm(sp.x, sp.y, (uint32_t)(soff[mt][hh] + ul)) & 0xffu);
+                    wsc[mt][hh] = fp4rl_e8m0_decode(sb) * 0.5f;
+                }
+                uint32_t sg_lo, sg_hi;
+                signs8(w, sg_lo, sg_hi);
+                const uint32_t sel = w & 0x77777777u;
+                af[mt][0][hh] = enc4(MX_LO, MX_HI, sel, sg_lo);
+                af[mt][0][2 + hh] = enc4(MX_LO, MX_HI, sel >> 16, sg_hi);
+            }
+        }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        /* B fragment: activation row nt * 8 + g (rows 8 apart share the swizzle) */
+        uint32_t b[HIF4 ? 2 : 1][2];
+        if constexpr (HIF4) {
+            const uint4 v = *reinterpret_cast<const uint4 *>(a_base + nt * ASTR8);
+            b[0][0] = v.x, b[0][1] = v.y, b[HIF4 ? 1 : 0][0] = v.z, b[HIF4 ? 1 : 0][1] = v.w;
+        } else {
+            const uint2 v = *reinterpret_cast<const uint2 *>(a_base + nt * ASTR8);
+            b[0][0] = v.x, b[0][1] = v.y;
+        }
+        /* C columns 2t, 2t + 1 of the tile: activation rows nt * 8 + 2t + j */
+        const float2 sa2 = *reinterpret_cast<const float2 *>(as_base + nt * 8);
+        const float sa0 = sa2.x, sa1 = sa2.y;
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            float q[4];
+            mma_e4m3(q, af[mt][0], b[0][0], b[0][1]);
+            if constexpr (HIF4) {
+                float q1[4];
+                mma_e4m3(q1, af[mt][HIF4 ? 1 : 0], b[HIF4 ? 1 : 0][0], b[HIF4 ? 1 : 0][1]);
+#pragma unroll
+                for (int i = 0; i < 4; i++) q[i] = __fadd_rn(q[i], q1[i]); /* exact: integers < 2^16 */
+            }
+            /* c0, c1: weight row g, activation rows 2t, 2t + 1; c2, c3: weight row g + 8 */
+            acc[mt][nt][0] = promote(acc[mt][nt][0], q[0], sa0, wsc[mt][0]);
+            acc[mt][nt][1] = promote(acc[mt][nt][1], q[1], sa1, wsc[mt][0]);
+            acc[mt][nt][2] = promote(acc[mt][nt][2], q[2], sa0, wsc[mt][1]);
+            acc[mt][nt][3] = promote(acc[mt][nt][3], q[3], sa1, wsc[mt][1]);
+        }
     }
 }
 
@@ -409,81 +524,8 @@ __global__ void __launch_bounds__(THREADS) d8_kernel(D8 p)
 #pragma unroll
         for (int ul = 0; ul < UPC; ul++) {
             if (ul > 0 && ul >= uleft) break; /* uniform: units past K add nothing (the reference has none) */
-            uint32_t af[2][HIF4 ? 2 : 1][4]; /* [mt][k32 step][a0..a3] */
-            float wsc[2][2];                 /* [mt][hh] unit scales of the weight rows */
-            const uint8_t *cw_base = st + cofs[ul];
-            const uint8_t *ws_base = st + S::WS + wr0 * 8;
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const int ro = mt * 16 + hh * 8; /* row offset from wr0 */
-                    if constexpr (HIF4) {
-                        const uint2 cw = *reinterpret_cast<const uint2 *>(cw_base + ro * 64);
-                        const uint32_t word = *reinterpret_cast<const uint32_t *>(ws_base + ro * 8 + ul * 4);
-                        wsc[mt][hh] = hif4_unit_scale_bits(word);
-                        /* micro-block 4t + 2s + h's increment e8[2t + s] + e16[4t + 2s + h] enters its
-                         * tables as inc * 0x08080800 (lo) and inc * 0x08080808 (hi); with the bits
-                         * isolated in place (value bit << j) the multiplier is shifted right by j
-                         * instead, and the e8 part is shared by the word's two micro-blocks */
-                        const uint32_t x8 = word >> sh8, x16 = word >> sh16;
-#pragma unroll
-                        for (int s = 0; s < 2; s++) {
-                            const uint32_t w = s ? cw.y : cw.x, sel = w & 0x77777777u;
-                            uint32_t sg_lo, sg_hi;
-                            signs8(w, sg_lo, sg_hi);
-                            const uint32_t a = x8 & (1u << s);
-                            const uint32_t lo_s = HIF4_LO + a * (0x08080800u >> s), hi_s = HIF4_HI + a * (0x08080808u >> s);
-                            const uint32_t b0 = x16 & (1u << (2 * s)), b1 = x16 & (2u << (2 * s));
-                            af[mt][s][hh] = enc4(lo_s + b0 * (0x08080800u >> (2 * s)), hi_s + b0 * (0x08080808u >> (2 * s)), sel, sg_lo);
-                            af[mt][s][2 + hh] =
-                                enc4(lo_s + b1 * (0x08080800u >> (2 * s + 1)), hi_s + b1 * (0x08080808u >> (2 * s + 1)), sel >> 16, sg_hi);
-                        }
-                    } else {
-                        const uint32_t w = *reinterpret_cast<const uint32_t *>(cw_base + ro * 64);
-                        const uint2 sp = *reinterpret_cast<const uint2 *>(ws_base + ro * 8);
-                        const uint8_t sb = (uint8_t)(__byte_perm(sp.x, sp.y, (uint32_t)(soff[mt][hh] + ul)) & 0xffu);
-                        wsc[mt][hh] = fp4rl_e8m0_decode(sb) * 0.5f;
-                        uint32_t sg_lo, sg_hi;
-                        signs8(w, sg_lo, sg_hi);
-                        const uint32_t sel = w & 0x77777777u;
-                        af[mt][0][hh] = enc4(MX_LO, MX_HI, sel, sg_lo);
-                        af[mt][0][2 + hh] = enc4(MX_LO, MX_HI, sel >> 16, sg_hi);
-                    }
-                }
-            const uint8_t *a_base = st + aofs[ul];
-            const float *as_base = reinterpret_cast<const float *>(st + S::AS) + ul * AROWS + 2 * t;
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                /* B fragment: activation row nt * 8 + g (rows 8 apart share the swizzle) */
-                uint32_t b[HIF4 ? 2 : 1][2];
-                if constexpr (HIF4) {
-                    const uint4 v = *reinterpret_cast<const uint4 *>(a_base + nt * 8 * KC);
-                    b[0][0] = v.x, b[0][1] = v.y, b[HIF4 ? 1 : 0][0] = v.z, b[HIF4 ? 1 : 0][1] = v.w;
-                } else {
-                    const uint2 v = *reinterpret_cast<const uint2 *>(a_base + nt * 8 * KC);
-                    b[0][0] = v.x, b[0][1] = v.y;
-                }
-                /* C columns 2t, 2t + 1 of the tile: activation rows nt * 8 + 2t + j */
-                const float2 sa2 = *reinterpret_cast<const float2 *>(as_base + nt * 8);
-                const float sa0 = sa2.x, sa1 = sa2.y;
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    float q[4];
-                    mma_e4m3(q, af[mt][0], b[0][0], b[0][1]);
-                    if constexpr (HIF4) {
-                        float q1[4];
-                        mma_e4m3(q1, af[mt][HIF4 ? 1 : 0], b[HIF4 ? 1 : 0][0], b[HIF4 ? 1 : 0][1]);
-#pragma unroll
-                        for (int i = 0; i < 4; i++) q[i] = __fadd_rn(q[i], q1[i]); /* exact: integers < 2^16 */
-                    }
-                    /* c0, c1: weight row g, activation rows 2t, 2t + 1; c2, c3: weight row g + 8 */
-                    acc[mt][nt][0] = promote(acc[mt][nt][0], q[0], sa0, wsc[mt][0]);
-                    acc[mt][nt][1] = promote(acc[mt][nt][1], q[1], sa1, wsc[mt][0]);
-                    acc[mt][nt][2] = promote(acc[mt][nt][2], q[2], sa0, wsc[mt][1]);
-                    acc[mt][nt][3] = promote(acc[mt][nt][3], q[3], sa1, wsc[mt][1]);
-                }
-            }
+            d8_unit<U, NT, 8 * KC>(acc, st + cofs[ul], st + S::WS + wr0 * 8, st + aofs[ul],
+                                   reinterpret_cast<const float *>(st + S::AS) + ul * AROWS + 2 * t, ul, sh8, sh16, soff);
         }
     }
     cp_async_wait<0>();
@@ -690,6 +732,215 @@ __global__ void __launch_bounds__(THREADS) d8_wg_kernel(D8 p)
 #endif
 }
 
+/* ---- The persistent, warp-specialised variant (FP4RL_D8_PERSIST=1, sm_90+, M <= 64) ---------
+ * d8_kernel is latency-bound at decode sizes (bench/RESULTS.md: half a wave of 4-warp CTAs, each
+ * thread issuing its own 16-byte cp.async and every chunk a __syncthreads). Here:
+ * - the weight is re-laid out once (fp4rl_cuda_d8_relayout, per weight sync) as chunks of
+ *   P_CHUNK_BYTES: a 128-row x 128-k chunk's codes in d8_kernel's swizzled shared layout
+ *   [128][64] (wswz), then its scale slots [128][8] (HiF4: the chunk's two words; MXFP4: its four
+ *   unit scales 2^e / 2 pre-decoded as the top halves of their FP32 values, one shift a unit in
+ *   the loop instead of the E8M0 decode; 32 x 32 tiles expanded to every row), chunk-major within
+ *   a row block. A ring stage (P_CPS chunks of one row block) is then one contiguous bulk copy, and the
+ *   consumers' reads are d8_kernel's, conflict-free as there. Rows past N and units past K are
+ *   zero codes and zero scale bytes.
+ * - one producer warp streams each stage with cp.async.bulk (one weight copy, one per activation
+ *   row, one per unit of activation scales, spread over its lanes) completing on the stage's
+ *   full mbarrier (arrive.expect_tx by lane 0); the 4 consumer warps wait on it, run d8_unit (the
+ *   same dequantisation, mma.sync and promotion code as d8_kernel) and release the stage on its
+ *   empty mbarrier (one arrival a warp). No CTA barrier in the loop.
+ * - the activations stream in the ring with the weights (K is unbounded; a whole K slice of 16
+ *   rows at K = 16384 would not fit), rows ASTR bytes apart: ASTR = stage k + 64 (HiF4, 16-byte
+ *   reads, a quarter-warp's two rows 16 banks apart) or + 32 (MXFP4, 8-byte reads, a half-warp's
+ *   four rows 8 banks apart), so the B-fragment reads are conflict-free without a swizzle.
+ *   Activation rows M .. NT * 8 - 1 are zeroed once and never copied (their outputs are not
+ *   stored).
+ * - persistent: the grid is the CTAs that fit (2 a multiprocessor by default), each walking work
+ *   items (row block x K slice) blockIdx.x, + gridDim.x, ...; the ring runs on across items.
+ *   A work item is d8_kernel's CTA: the same units promoted in K order from zero, then d8_finish
+ *   (its barrier a named one over the consumers), so one slice gives d8_kernel's bits and
+ *   split-K sums the slices in slice order.
+ * Phases: stage s = it % stages, use n = it / stages (it counts stages over all items, the same
+ * in the producer and the consumers); consumers wait full[s] for parity n & 1, the producer
+ * waits empty[s] for parity (n & 1) ^ 1 (true at once on a fresh barrier, n = 0). */
+constexpr int P_CPS = 2;                              /* 128-k chunks a stage */
+constexpr int P_CHUNK_BYTES = ROWS * 64 + ROWS * 8;   /* codes + scale slots of one chunk: 9 KiB */
+constexpr int P_THREADS = THREADS + 32;               /* 4 consumer warps + the producer warp */
+constexpr int P_MAX_STAGES = 8;
+constexpr int P_MAX_M = 64;
+
+template <int U, int NT>
+struct PStage {
+    static constexpr int AROWS = NT * 8, UPC = KC / U;
+    static constexpr int ASTR = P_CPS * KC + (U == 64 ? 64 : 32);
+    /* the weight chunks at 0, then the activation rows, then their scales */
+    static constexpr int A = P_CPS * P_CHUNK_BYTES, AS = A + AROWS * ASTR;
+    static constexpr int BYTES = AS + P_CPS * UPC * AROWS * 4;
+    static_assert(A % 16 == 0 && AS % 16 == 0 && BYTES % 16 == 0 && ASTR % 16 == 0, "bulk-copy destinations are 16-byte aligned");
+};
+
+/* The re-layout: one thread a row of one chunk (block b = row block * chunks + chunk). */
+template <int U>
+__global__ void __launch_bounds__(ROWS) d8p_relayout_k(uint8_t *out, D8P p)
+{
+    constexpr int UPC = KC / U;
+    const int r = threadIdx.x, units = p.K / U;
+    for (int64_t b = blockIdx.x; b < (int64_t)p.rblocks * p.chunks; b += gridDim.x) {
+        const int rb = (int)(b / p.chunks), c = (int)(b - (int64_t)rb * p.chunks);
+        uint8_t *dst = out + b * P_CHUNK_BYTES;
+        const int n = rb * ROWS + r, kleft = p.K - c * KC, uleft = units - c * UPC;
+        const bool live = n < p.N;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (live && q * 32 < kleft) v = *reinterpret_cast<const uint4 *>(p.codes + (int64_t)n * p.row_bytes + (int64_t)c * (KC / 2) + q * 16);
+            *reinterpret_cast<uint4 *>(dst + wswz(r, q)) = v;
+        }
+        uint32_t sl[2] = {0, 0};
+        if (live) {
+            if constexpr (U == 64) {
+                const uint32_t *ws = static_cast<const uint32_t *>(p.wscales) + (int64_t)n * p.scale_cols + (int64_t)c * UPC;
+#pragma unroll
+                for (int ul = 0; ul < UPC; ul++)
+                    if (ul < uleft) sl[ul] = ws[ul];
+            } else { /* the scales 2^e / 2 as d8_kernel decodes them, their top halves (d8_unit's MXPRE) */
+                const uint8_t *ws = static_cast<const uint8_t *>(p.wscales) + (int64_t)(p.tile ? n >> 5 : n) * p.scale_cols + (int64_t)c * UPC;
+#pragma unroll
+                for (int ul = 0; ul < UPC; ul++)
+                    if (ul < uleft) sl[ul >> 1] |= (fp4rl_f32_bits(fp4rl_e8m0_decode(ws[ul]) * 0.5f) >> 16) << (16 * (ul & 1));
+            }
+        }
+        *reinterpret_cast<uint2 *>(dst + ROWS * 64 + r * 8) = make_uint2(sl[0], sl[1]);
+    }
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+using namespace fp4rl_cuda_bulk;
+#endif
+
+template <int U, int NT, typename TC>
+__global__ void __launch_bounds__(P_THREADS) d8p_kernel(D8P p)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using S = PStage<U, NT>;
+    constexpr bool HIF4 = U == 64;
+    constexpr int UPC = S::UPC, AROWS = S::AROWS;
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ int last;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int units = p.K / U, stages = p.stages;
+    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
+    const uint32_t bar_full = sbase + (uint32_t)(stages * S::BYTES), bar_empty = bar_full + 8u * stages;
+    if (tid == 0) {
+        for (int s = 0; s < stages; s++) {
+            wg_mbar_init(bar_full + 8 * s, 1);
+            wg_mbar_init(bar_empty + 8 * s, WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    /* activation rows M .. AROWS - 1 of every stage: zeros, never copied */
+    const int zrows = AROWS - p.M, zper = zrows * (S::ASTR / 16);
+    for (int i = tid; i < stages * zper; i += P_THREADS) {
+        const int s = i / zper, j = i - s * zper;
+        *reinterpret_cast<uint4 *>(smem + s * S::BYTES + S::A + p.M * S::ASTR + j * 16) = make_uint4(0, 0, 0, 0);
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads(); /* the barriers' init and the zeros, before any copy or read */
+
+    if (warp == WARPS) {
+        /* Producer warp: every lane waits for the stage to be free, lane 0 announces its bytes, then
+         * the lanes share its copies (copy 0 the weight chunks, 1 .. M the activation rows, then
+         * the units' activation scales: AROWS floats of the unit-major layout, whose rows past M
+         * are its zero padding, lda being a multiple of 128 >= AROWS). */
+        uint32_t it = 0;
+        for (int item = blockIdx.x; item < p.items; item += gridDim.x) {
+            const int rb = item % p.rblocks, slice = item / p.rblocks;
+            const int cbeg = slice * p.chunks_per_slice, cend = min(p.chunks, cbeg + p.chunks_per_slice);
+            for (int c = cbeg; c < cend; c += P_CPS, it++) {
+                const uint32_t s = it % (uint32_t)stages, ph = (it / (uint32_t)stages) & 1u;
+                const int n = min(P_CPS, cend - c);
+                const int abytes = min(n * KC, p.K - c * KC); /* a multiple of 32: K % U == 0 */
+                const int nu = min(n * UPC, units - c * UPC);
+                const uint32_t st = sbase + s * S::BYTES, fb = bar_full + 8 * s;
+                wg_mbar_wait_or_trap(bar_empty + 8 * s, ph ^ 1u);
+                if (lane == 0) wg_mbar_arrive_tx(fb, (uint32_t)(n * P_CHUNK_BYTES + p.M * abytes + nu * AROWS * 4));
+                __syncwarp();
+                for (int i = lane; i < 1 + p.M + nu; i += 32) {
+                    if (i == 0) {
+                        wg_bulk(st, p.tiles + ((int64_t)rb * p.chunks + c) * P_CHUNK_BYTES, (uint32_t)(n * P_CHUNK_BYTES), fb);
+                    } else if (i <= p.M) {
+                        wg_bulk(st + S::A + (i - 1) * S::ASTR, p.a8 + (int64_t)(i - 1) * p.K + (int64_t)c * KC, (uint32_t)abytes, fb);
+                    } else {
+                        const int u = i - 1 - p.M;
+                        wg_bulk(st + S::AS + u * AROWS * 4, p.sa + ((int64_t)c * UPC + u) * p.lda, AROWS * 4, fb);
+                    }
+                }
+            }
+        }
+        /* Tail: the waits for the next `stages` stages, i.e. until the consumers have released
+         * every stage - so a pipeline bug (a byte count that never lands, a lost arrival) traps here
+         * after ~1 s instead of leaving the consumers spinning on a full barrier for ever. */
+        for (uint32_t k = it; k < it + (uint32_t)stages; k++)
+            wg_mbar_wait_or_trap(bar_empty + 8 * (k % (uint32_t)stages), ((k / (uint32_t)stages) & 1u) ^ 1u);
+        return;
+    }
+
+    /* Consumer warps: d8_kernel's thread mapping (weight rows warp * 32 + mt * 16 + hh * 8 + g);
+     * the read offsets inside a chunk are computed once. */
+    const int wr0 = warp * 32 + g;
+    uint32_t cofs[UPC], aofs[UPC];
+#pragma unroll
+    for (int ul = 0; ul < UPC; ul++) {
+        if constexpr (HIF4) {
+            cofs[ul] = wswz(wr0, 2 * ul + (t >> 1)) + (t & 1) * 8;
+            aofs[ul] = g * S::ASTR + (4 * ul + t) * 16;
+        } else {
+            cofs[ul] = wswz(wr0, ul) + t * 4;
+            aofs[ul] = g * S::ASTR + ul * 32 + t * 8;
+        }
+    }
+    const uint32_t sh8 = FP4RL_HIF4_E8_SHIFT + 2 * t, sh16 = FP4RL_HIF4_E16_SHIFT + 4 * t;
+    const int soff[2][2] = {{0, 0}, {0, 0}}; /* unused: MXPRE */
+    const int row0[2] = {wr0, wr0 + 16};
+    uint32_t it = 0;
+    for (int item = blockIdx.x; item < p.items; item += gridDim.x) {
+        const int rb = item % p.rblocks, slice = item / p.rblocks;
+        const int cbeg = slice * p.chunks_per_slice, cend = min(p.chunks, cbeg + p.chunks_per_slice);
+        float acc[2][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+        for (int c = cbeg; c < cend; c += P_CPS, it++) {
+            const uint32_t s = it % (uint32_t)stages, ph = (it / (uint32_t)stages) & 1u;
+            wg_mbar_wait(bar_full + 8 * s, ph);
+            const uint8_t *st = smem + s * S::BYTES;
+            const int n = min(P_CPS, cend - c);
+#pragma unroll
+            for (int j = 0; j < P_CPS; j++) {
+                if (j > 0 && j >= n) break; /* uniform: a slice's last stage may hold one chunk */
+                const int uleft = units - (c + j) * UPC;
+                const uint8_t *cw = st + j * P_CHUNK_BYTES;
+                const uint8_t *ab = st + S::A + j * KC;
+                const float *asb = reinterpret_cast<const float *>(st + S::AS) + j * UPC * AROWS + 2 * t;
+#pragma unroll
+                for (int ul = 0; ul < UPC; ul++) {
+                    if (ul > 0 && ul >= uleft) break; /* uniform: units past K add nothing (the reference has none) */
+                    d8_unit<U, NT, 8 * S::ASTR, true>(acc, cw + cofs[ul], cw + ROWS * 64 + wr0 * 8, ab + aofs[ul], asb + ul * AROWS, ul, sh8, sh16, soff);
+                }
+            }
+            __syncwarp(); /* every lane's reads of the stage, before the warp releases it */
+            if (lane == 0) wg_mbar_arrive(bar_empty + 8 * s);
+        }
+        d8_finish<NT, TC, true>(p, acc, row0, rb, slice, 0, t, tid, last);
+    }
+#else
+    (void)p;
+    __trap(); /* launched only where d8_arch_ok(ctx, 90) says this build has the kernel */
+#endif
+}
+
 template <int U, int NT, typename TC>
 cudaError_t d8_launch_one(const D8 &p, dim3 grid, cudaStream_t s, bool wg)
 {
@@ -710,38 +961,42 @@ cudaError_t d8_launch(const D8 &p, dim3 grid, cudaStream_t s, bool wg)
     return d8_launch_one<U, 8, TC>(p, grid, s, wg);
 }
 
-/* Whether this build has sm_89+ code for the current device (the mma body): asked once. */
-__global__ void d8_probe_kernel(int *out)
+/* Whether this build has code of architecture >= arch (89: the mma body; 90: d8p_kernel's bulk
+ * copies and mbarriers) for the current device, which must be of that compute capability too:
+ * a probe kernel's answer, asked once per arch. */
+__global__ void d8_probe_kernel(int *out, int arch)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    *out = 1;
+#if defined(__CUDA_ARCH__)
+    *out = __CUDA_ARCH__ >= arch * 10;
 #else
-    *out = 0;
+    (void)out, (void)arch;
 #endif
 }
 
-int d8_device_ok(fp4rl_context *ctx)
+int d8_arch_ok(fp4rl_context *ctx, int arch)
 {
     fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
-    if (cu->cc_major * 10 + cu->cc_minor < 89) return 0;
-    static int probed = -1;
-    if (probed < 0) {
+    if (cu->cc_major * 10 + cu->cc_minor < arch) return 0;
+    static int probed[2] = {-1, -1};
+    int &pr = probed[arch >= 90];
+    if (pr < 0) {
         cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
         if (cudaStreamIsCapturing(cu->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
             (void)cudaGetLastError();
-            return 1; /* assume so while capturing; a launch error reports it otherwise */
+            return arch < 90; /* while capturing: assume the mma body (a launch error reports it otherwise), not the opt-in one */
         }
         int *d = NULL, h = 0;
         if (cudaMalloc(&d, sizeof(int)) == cudaSuccess) {
-            d8_probe_kernel<<<1, 1>>>(d);
+            d8_probe_kernel<<<1, 1>>>(d, arch);
             if (cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) != cudaSuccess) h = 0;
             cudaFree(d);
         }
         (void)cudaGetLastError();
-        probed = h == 1;
+        pr = h == 1;
     }
-    return probed;
+    return pr;
 }
+int d8_device_ok(fp4rl_context *ctx) { return d8_arch_ok(ctx, 89); }
 
 /* ---- the activation quantizer (fp4rl_cuda_act_e4m3) ----------------------------------------
  * One thread per 8 consecutive elements of a row ("group"), a unit's groups in adjacent lanes, as
@@ -875,42 +1130,153 @@ __global__ void __launch_bounds__(256) act_e4m3_k(uint8_t *out, float *scales, u
 
 } // namespace
 
-fp4rl_status fp4rl_cuda_d8_gemm(fp4rl_context *ctx, const uint8_t *a8, const float *sa, int64_t M, const fp4rl_tensor *w, void *c,
-                                int c_bf16, int64_t ldc, int slices)
+namespace {
+
+/* The weight checks of fp4rl_cuda_d8_gemm and fp4rl_cuda_d8_relayout (who: the message prefix);
+ * *U the unit. */
+fp4rl_status d8_weight_check(const fp4rl_tensor *w, const char *who, int *U)
 {
-    if (!ctx || !a8 || !sa || !w || !c || !w->data || !w->scales)
-        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "d8_gemm: NULL context, operand, scale or output pointer");
     if (w->dtype != FP4RL_DTYPE_HIF4 && w->dtype != FP4RL_DTYPE_MXFP4)
-        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: the weight must be HiF4 or MXFP4 (got dtype %d)", (int)w->dtype);
-    const int U = fp4rl_cuda_fp8_unit(w);
-    if (!U || w->ndim != 2) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: the weight must be 2D, HiF4 or MXFP4 1D along K or 32 x 32 tiles");
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "%s: the weight must be HiF4 or MXFP4 (got dtype %d)", who, (int)w->dtype);
+    *U = fp4rl_cuda_fp8_unit(w);
+    if (!*U || w->ndim != 2) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "%s: the weight must be 2D, HiF4 or MXFP4 1D along K or 32 x 32 tiles", who);
     const int64_t N = w->q.rows, K = w->q.cols;
-    if (M < 1 || M > FP4RL_D8_MAX_M) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: M = %lld outside 1..%d", (long long)M, FP4RL_D8_MAX_M);
-    if (K % U || K < U) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: K = %lld is not a positive multiple of the unit %d", (long long)K, U);
-    if (N >= (1LL << 31) || K >= (1LL << 31) || ldc < N || ldc >= (1LL << 31))
-        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: N = %lld, K = %lld, ldc = %lld out of range", (long long)N, (long long)K, (long long)ldc);
-    if (((uintptr_t)a8 & 15) || ((uintptr_t)w->data & 15) || ((uintptr_t)sa & 3) || ((uintptr_t)w->scales & 3) || (w->q.row_bytes & 15))
-        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: operands not aligned (a8 and codes 16 bytes, scales 4)");
-    if (!d8_device_ok(ctx)) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: needs an sm_89+ device and a build with sm_89+ code");
-    fp4rl_status st = fp4rl_cuda_enter(ctx);
-    if (st) return st;
-    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
-    D8 p;
-    p.a8 = a8;
-    p.sa = sa;
+    if (K % *U || K < *U) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "%s: K = %lld is not a positive multiple of the unit %d", who, (long long)K, *U);
+    if (N >= (1LL << 31) || K >= (1LL << 31))
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "%s: N = %lld, K = %lld out of range", who, (long long)N, (long long)K);
+    if (((uintptr_t)w->data & 15) || ((uintptr_t)w->scales & 3) || (w->q.row_bytes & 15))
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "%s: weight not aligned (codes and rows 16 bytes, scales 4)", who);
+    return FP4RL_OK;
+}
+
+/* The weight fields of a D8 (everything fp4rl_cuda_d8_relayout needs too). */
+void d8_weight_params(D8P &p, const fp4rl_tensor *w)
+{
     p.codes = static_cast<const uint8_t *>(w->data);
     p.wscales = w->scales;
-    p.c = c;
-    p.M = (int)M;
-    p.N = (int)N;
-    p.K = (int)K;
-    p.ldc = (int)ldc;
+    p.N = (int)w->q.rows;
+    p.K = (int)w->q.cols;
     p.row_bytes = w->q.row_bytes;
     p.scale_cols = w->q.scale_cols;
     p.tile = w->dtype == FP4RL_DTYPE_MXFP4 ? w->q.tile : 0;
+    p.chunks = (p.K + KC - 1) / KC;
+    p.rblocks = (p.N + ROWS - 1) / ROWS;
+    p.tiles = NULL;
+}
+
+size_t d8_relayout_bytes(const D8P &p) { return (size_t)p.rblocks * (size_t)p.chunks * P_CHUNK_BYTES; }
+
+/* d8p_kernel's launch: the ring's stages as fit `ctas` CTAs a multiprocessor (at most
+ * P_MAX_STAGES, at least 2), the grid the CTAs that fit, the K split the one that balances the
+ * work items over it (slices <= 0; or slices forced). */
+template <int U, int NT, typename TC>
+cudaError_t d8p_launch_one(fp4rl_context *ctx, D8P &p, int slices, int ctas, void **ws)
+{
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    using S = PStage<U, NT>;
+    void (*kernel)(D8P) = d8p_kernel<U, NT, TC>;
+    /* the ring's size, the attribute and the occupancy: once per (device, ctas) and variant, not
+     * at every call (the host calls would cost about as much as an M = 1 GEMM) */
+    static int c_dev = -1, c_ctas = 0, c_stages = 0, c_smem = 0, c_occ = 0;
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev != c_dev || ctas != c_ctas) {
+        int sm_smem = 0, blk_smem = 0, occ = 0;
+        if ((e = cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev)) != cudaSuccess) return e;
+        if ((e = cudaDeviceGetAttribute(&blk_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess) return e;
+        const int per_cta = min(blk_smem, sm_smem / ctas - 1024 /* the runtime's reserve a CTA */ - 16 /* `last` */);
+        const int stages = max(2, min(P_MAX_STAGES, per_cta / (S::BYTES + 16)));
+        const int smem = stages * (S::BYTES + 16);
+        if ((e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess) return e;
+        if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, P_THREADS, smem)) != cudaSuccess) return e;
+        c_stages = stages, c_smem = smem, c_occ = occ, c_ctas = ctas, c_dev = dev;
+    }
+    p.stages = c_stages;
+    const int smem = c_smem, occ = c_occ;
+    const int cap = cu->sm_count * max(occ, 1);
+    int want = slices;
+    if (want <= 0) {
+        /* fewest waves x (stages a work item + its split-K traffic: 128 x M partials written and
+         * read again, in units of a stage's weight bytes); ties to fewer slices */
+        double best = -1.0;
+        for (int s = 1; s <= min(32, p.chunks); s++) {
+            const int cps = (p.chunks + s - 1) / s, sl = (p.chunks + cps - 1) / cps;
+            const long items = (long)p.rblocks * sl;
+            const double item = (double)((cps + P_CPS - 1) / P_CPS) + (sl > 1 ? 2.0 * ROWS * 4 * p.M / (P_CPS * P_CHUNK_BYTES) : 0.0);
+            const double cost = (double)((items + cap - 1) / cap) * item;
+            if (best < 0.0 || cost < best) best = cost, want = s;
+        }
+    }
+    want = max(1, min(want, p.chunks));
+    p.chunks_per_slice = (p.chunks + want - 1) / want;
+    p.slices = (p.chunks + p.chunks_per_slice - 1) / p.chunks_per_slice;
+    p.items = p.rblocks * p.slices;
+    p.ws = NULL;
+    p.counters = cu->counters;
+    if (p.slices > 1) {
+        fp4rl_status st = fp4rl_cuda_split_counters(ctx, (size_t)p.rblocks, &p.counters);
+        if (!st) st = fp4rl_cuda_alloc_bytes(ctx, ws, (size_t)p.slices * p.M * p.N * sizeof(float));
+        if (st) return cudaErrorMemoryAllocation; /* the status's message stays the last error */
+        p.ws = static_cast<float *>(*ws);
+    }
+    kernel<<<min(p.items, cap), P_THREADS, smem, cu->stream>>>(p);
+    return cudaSuccess;
+}
+
+template <int U, typename TC>
+cudaError_t d8p_launch(fp4rl_context *ctx, D8P &p, int slices, int ctas, void **ws)
+{
+    if (p.M <= 8) return d8p_launch_one<U, 1, TC>(ctx, p, slices, ctas, ws);
+    if (p.M <= 16) return d8p_launch_one<U, 2, TC>(ctx, p, slices, ctas, ws);
+    if (p.M <= 32) return d8p_launch_one<U, 4, TC>(ctx, p, slices, ctas, ws);
+    return d8p_launch_one<U, 8, TC>(ctx, p, slices, ctas, ws);
+}
+
+/* Both entries: tiles NULL, or the persistent kernel not selected, take d8_kernel / d8_wg_kernel. */
+fp4rl_status d8_gemm(fp4rl_context *ctx, const uint8_t *a8, const float *sa, int64_t M, const fp4rl_tensor *w, const void *tiles, void *c,
+                     int c_bf16, int64_t ldc, int slices)
+{
+    if (!ctx || !a8 || !sa || !w || !c || !w->data || !w->scales)
+        return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "d8_gemm: NULL context, operand, scale or output pointer");
+    int U = 0;
+    fp4rl_status st = d8_weight_check(w, "d8_gemm", &U);
+    if (st) return st;
+    const int64_t N = w->q.rows;
+    if (M < 1 || M > FP4RL_D8_MAX_M) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: M = %lld outside 1..%d", (long long)M, FP4RL_D8_MAX_M);
+    if (ldc < N || ldc >= (1LL << 31)) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: ldc = %lld out of range", (long long)ldc);
+    if (((uintptr_t)a8 & 15) || ((uintptr_t)sa & 3) || ((uintptr_t)tiles & 15))
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: operands not aligned (a8 and tiles 16 bytes, sa 4)");
+    if (!d8_device_ok(ctx)) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "d8_gemm: needs an sm_89+ device and a build with sm_89+ code");
+    if ((st = fp4rl_cuda_enter(ctx))) return st;
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    D8P p;
+    d8_weight_params(p, w);
+    p.a8 = a8;
+    p.sa = sa;
+    p.c = c;
+    p.M = (int)M;
+    p.ldc = (int)ldc;
     p.lda = FP4RL_FP8_SCALE_LD(M);
-    p.chunks = (int)((K + KC - 1) / KC);
-    const int rblocks = (int)((N + ROWS - 1) / ROWS), mchunks = (int)((M + MCHUNK - 1) / MCHUNK);
+    /* FP4RL_D8_PERSIST=1 (read at every call) with a re-laid-out weight, M <= 64, on an sm_90+
+     * device with sm_90+ code in the build: d8p_kernel; FP4RL_D8_PERSIST_CTAS (1..4, default 2)
+     * sets its CTAs a multiprocessor (a tuning knob for the GPU measurements). Its bulk copies of
+     * activation scales need a 16-byte aligned sa (else the other kernels). */
+    const char *penv = getenv("FP4RL_D8_PERSIST");
+    if (tiles && penv && strcmp(penv, "1") == 0 && M <= P_MAX_M && !((uintptr_t)sa & 15) && d8_arch_ok(ctx, 90)) {
+        const char *cenv = getenv("FP4RL_D8_PERSIST_CTAS");
+        const int ctas = cenv && atoi(cenv) >= 1 && atoi(cenv) <= 4 ? atoi(cenv) : 2;
+        p.tiles = static_cast<const uint8_t *>(tiles);
+        void *ws = NULL;
+        cudaError_t e;
+        if (U == 64) e = c_bf16 ? d8p_launch<64, uint16_t>(ctx, p, slices, ctas, &ws) : d8p_launch<64, float>(ctx, p, slices, ctas, &ws);
+        else e = c_bf16 ? d8p_launch<32, uint16_t>(ctx, p, slices, ctas, &ws) : d8p_launch<32, float>(ctx, p, slices, ctas, &ws);
+        if (e == cudaErrorMemoryAllocation && !ws) return fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "d8_gemm: split-K workspace (%s)", fp4rl_last_error());
+        st = e != cudaSuccess ? fp4rl_cuda_fail(ctx, e, "d8_gemm (persistent): launch setup") : fp4rl_cuda_check_launch(ctx, "d8_gemm (persistent)");
+        fp4rl_cuda_free_bytes(ctx, ws);
+        return st;
+    }
+    const int rblocks = p.rblocks, mchunks = (int)((M + MCHUNK - 1) / MCHUNK);
     /* about two CTAs a multiprocessor (each keeps 3 x 8 KB of weights in flight); every slice
      * keeps at least 2 chunks so the ring has work to overlap */
     int want = slices;
@@ -943,6 +1309,53 @@ fp4rl_status fp4rl_cuda_d8_gemm(fp4rl_context *ctx, const uint8_t *a8, const flo
     st = e != cudaSuccess ? fp4rl_cuda_fail(ctx, e, "d8_gemm: shared memory attribute") : fp4rl_cuda_check_launch(ctx, "d8_gemm");
     fp4rl_cuda_free_bytes(ctx, ws); /* stream order keeps the block's next user after this kernel */
     return st;
+}
+
+} // namespace
+
+fp4rl_status fp4rl_cuda_d8_gemm(fp4rl_context *ctx, const uint8_t *a8, const float *sa, int64_t M, const fp4rl_tensor *w, void *c,
+                                int c_bf16, int64_t ldc, int slices)
+{
+    return d8_gemm(ctx, a8, sa, M, w, NULL, c, c_bf16, ldc, slices);
+}
+
+fp4rl_status fp4rl_cuda_d8_gemm_tiles(fp4rl_context *ctx, const uint8_t *a8, const float *sa, int64_t M, const fp4rl_tensor *w,
+                                      const void *tiles, void *c, int c_bf16, int64_t ldc, int slices)
+{
+    if (!tiles) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "d8_gemm_tiles: NULL re-laid-out weight");
+    return d8_gemm(ctx, a8, sa, M, w, tiles, c, c_bf16, ldc, slices);
+}
+
+size_t fp4rl_cuda_d8_relayout_bytes(const fp4rl_tensor *w)
+{
+    D8P p;
+    d8_weight_params(p, w);
+    return d8_relayout_bytes(p);
+}
+
+fp4rl_status fp4rl_cuda_d8_relayout(fp4rl_context *ctx, const fp4rl_tensor *w, void **out, size_t *bytes)
+{
+    if (!ctx || !w || !out || !w->data || !w->scales) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "d8_relayout: NULL context, weight or output");
+    int U = 0;
+    fp4rl_status st = d8_weight_check(w, "d8_relayout", &U);
+    if (st) return st;
+    if ((st = fp4rl_cuda_enter(ctx))) return st;
+    D8P p;
+    d8_weight_params(p, w);
+    const size_t n = d8_relayout_bytes(p);
+    void *d = NULL;
+    if ((st = fp4rl_cuda_alloc_bytes(ctx, &d, n))) return st;
+    const int64_t blocks = (int64_t)p.rblocks * p.chunks;
+    const unsigned grid = (unsigned)min(blocks, (int64_t)1 << 20);
+    if (U == 64) d8p_relayout_k<64><<<grid, ROWS, 0, fp4rl_cuda_of(ctx)->stream>>>(static_cast<uint8_t *>(d), p);
+    else d8p_relayout_k<32><<<grid, ROWS, 0, fp4rl_cuda_of(ctx)->stream>>>(static_cast<uint8_t *>(d), p);
+    if ((st = fp4rl_cuda_check_launch(ctx, "d8_relayout"))) {
+        fp4rl_cuda_free_bytes(ctx, d);
+        return st;
+    }
+    *out = d;
+    if (bytes) *bytes = n;
+    return FP4RL_OK;
 }
 
 fp4rl_status fp4rl_cuda_act_e4m3(fp4rl_context *ctx, uint8_t *out, float *scales, const float *x, int64_t N, int64_t K, int fmt,

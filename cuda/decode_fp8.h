@@ -37,6 +37,21 @@ extern "C" {
 fp4rl_status fp4rl_cuda_d8_gemm(fp4rl_context *ctx, const uint8_t *a8, const float *sa, int64_t M, const fp4rl_tensor *w, void *c,
                                 int c_bf16, int64_t ldc, int slices);
 
+/* The persistent variant (opt-in: FP4RL_D8_PERSIST=1, read at every call; cuda/decode_fp8.cu,
+ * d8p_kernel): the weight re-laid out once per weight sync into tiles a bulk copy each.
+ * fp4rl_cuda_d8_relayout allocates *out on ctx (free it with ctx's backend free, i.e.
+ * fp4rl_cuda_free_bytes) holding fp4rl_cuda_d8_relayout_bytes(w) bytes (*bytes when not NULL)
+ * and fills it from w (w's checks as fp4rl_cuda_d8_gemm's; rerun it whenever w's values change).
+ * fp4rl_cuda_d8_gemm_tiles is fp4rl_cuda_d8_gemm with the re-laid-out weight beside w: with
+ * FP4RL_D8_PERSIST=1, M <= 64, an sm_90+ device and sm_90+ code in the build it runs the
+ * persistent kernel (same contract: one slice gives fp4rl_cuda_d8_gemm's one-slice bits, split-K
+ * the same bound; slices 0 picks its own split, at most 32); otherwise exactly
+ * fp4rl_cuda_d8_gemm (tiles unused). */
+size_t fp4rl_cuda_d8_relayout_bytes(const fp4rl_tensor *w);
+fp4rl_status fp4rl_cuda_d8_relayout(fp4rl_context *ctx, const fp4rl_tensor *w, void **out, size_t *bytes);
+fp4rl_status fp4rl_cuda_d8_gemm_tiles(fp4rl_context *ctx, const uint8_t *a8, const float *sa, int64_t M, const fp4rl_tensor *w,
+                                      const void *tiles, void *c, int c_bf16, int64_t ldc, int slices);
+
 /* The activation operand of fp4rl_cuda_d8_gemm, from FP32 x [N, K] (row-major): each row quantized
  * along K (fmt FP4RL_DTYPE_HIF4 or FP4RL_DTYPE_MXFP4, nearest; truncation_free picks MX's scale
  * rule) and written as E4M3 bytes out [rows, Kp] (Kp = K rounded up to the unit; padding bytes

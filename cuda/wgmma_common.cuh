@@ -3,7 +3,8 @@
  * shared-memory kernel, decode_fp8.cu's register-A decode kernel): the shared-memory matrix
  * descriptor, the wgmma fence / commit / wait, and the register fence that keeps reads of a
  * wgmma's results behind its wait. Defined only in the sm_90a pass (__CUDA_ARCH_FEAT_SM90_ALL):
- * the kernels that use them have empty bodies elsewhere.
+ * the kernels that use them have empty bodies elsewhere. Also the mbarrier / bulk-copy helpers
+ * (sm_90+ passes), below.
  */
 #ifndef FP4RL_WGMMA_COMMON_CUH
 #define FP4RL_WGMMA_COMMON_CUH
@@ -46,5 +47,62 @@ __device__ __forceinline__ void wg_fence_regs(uint32_t (&d)[N])
 
 } // namespace fp4rl_cuda_wg
 #endif /* __CUDA_ARCH_FEAT_SM90_ALL */
+
+/* The mbarrier and 1D bulk-copy (cp.async.bulk) primitives of the producer / consumer rings
+ * (gemm_fp8.cu's wgmma kernel, decode_fp8.cu's persistent decode kernel): plain sm_90 PTX, so
+ * defined in every pass for sm_90 and later, not only the sm_90a one. Barrier and destination
+ * operands are 32-bit shared-window addresses. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+namespace fp4rl_cuda_bulk {
+
+__device__ __forceinline__ void wg_mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void wg_mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void wg_mbar_arrive_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+/* Waits for the phase of parity `parity` to complete (the consumers' wait: a plain loop, any more
+ * code here made ptxas spill the HiF4 consumers). */
+__device__ __forceinline__ void wg_mbar_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* The producer's wait: past 2^31 cycles (~1 s) it traps, so a pipeline bug (a lost arrival, a
+ * byte count that never lands, consumers stuck on a full barrier) fails the launch instead of
+ * hanging the process: the producer ends by waiting for the consumers to release every stage. */
+__device__ __forceinline__ void wg_mbar_wait_or_trap(uint32_t bar, uint32_t parity)
+{
+    const uint32_t t0 = (uint32_t)clock();
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+        if (!done && (uint32_t)clock() - t0 > (1u << 31)) __trap();
+    } while (!done);
+}
+/* 1D bulk copy global -> shared (16-byte aligned, a multiple of 16 bytes), completing on bar. */
+__device__ __forceinline__ void wg_bulk(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src), "r"(bytes),
+                 "r"(bar)
+                 : "memory");
+}
+
+} // namespace fp4rl_cuda_bulk
+#endif /* __CUDA_ARCH__ >= 900 */
 
 #endif /* FP4RL_WGMMA_COMMON_CUH */

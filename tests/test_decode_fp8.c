@@ -12,7 +12,10 @@
  *     ragged K, NaN / Inf units;
  * (d) bad arguments refused with an error;
  * (e) (a) and (b) again with FP4RL_D8_WGMMA=1 (the wgmma kernel on sm_90a builds run on sm_90),
- *     HiF4 1D / 2D and MXFP4 1D / 2D, M in {1, 7, 64, 100, 128, 256}, the default split-K.
+ *     HiF4 1D / 2D and MXFP4 1D / 2D, M in {1, 7, 64, 100, 128, 256}, the default split-K;
+ * (f) (a) and (b) again with FP4RL_D8_PERSIST=1 through fp4rl_cuda_d8_gemm_tiles (the persistent
+ *     kernel on the re-laid-out weight, sm_90+), HiF4 1D / 2D and MXFP4 1D / 2D, M in {1, 3, 8, 16,
+ *     64}, N in {77, 300, 2048, 11008} x K in {64, 320, 2048, 11008} (not 11008 x 11008).
  * HiF4 and MXFP4 (1D; MXFP4 32 x 32 tiles once), M in {1, 3, 8, 16, 17, 64, 100, 128, 256}, the 3B
  * decode shapes and ragged small ones. FP4RL_D8_QUICK=1: a subset (for compute-sanitizer).
  * Label `gpu`: exits 77 (skipped) without a GPU.
@@ -121,6 +124,9 @@ static const int64_t MS[] = {1, 3, 8, 16, 17, 64, 100, 128, 256};
 /* The wgmma kernel's cases (FP4RL_D8_WGMMA=1): its M tiles n8 .. n64, a ragged 100, grid y > 1. */
 static const int64_t MS_WG[] = {1, 7, 64, 100, 128, 256};
 static int wg_mode; /* set while FP4RL_D8_WGMMA=1: the MS_WG rows, the default split-K */
+/* The persistent kernel's cases (FP4RL_D8_PERSIST=1, fp4rl_cuda_d8_gemm_tiles): M <= 64, its n8 .. n64 tiles. */
+static const int64_t MS_P[] = {1, 3, 8, 16, 64};
+static int p_mode; /* set while FP4RL_D8_PERSIST=1: the MS_P rows, the re-laid-out weight, the default split-K */
 
 /* (a) and (b) for one weight shape and format: every M of MS (a subset when quick or big). */
 static void gemm_case(fp4rl_dtype fmt, int tile, int64_t N, int64_t K)
@@ -130,11 +136,13 @@ static void gemm_case(fp4rl_dtype fmt, int tile, int64_t N, int64_t K)
     op8 w8 = prepass(qw);
     float *wv = op8_values(&w8);
     const int big = N * K > 4000000;
-    const int64_t *ms = wg_mode ? MS_WG : MS;
-    const size_t nms = wg_mode ? sizeof MS_WG / sizeof MS_WG[0] : sizeof MS / sizeof MS[0];
+    const int64_t *ms = p_mode ? MS_P : wg_mode ? MS_WG : MS;
+    const size_t nms = p_mode ? sizeof MS_P / sizeof MS_P[0] : wg_mode ? sizeof MS_WG / sizeof MS_WG[0] : sizeof MS / sizeof MS[0];
+    void *tiles = NULL; /* p_mode: the weight re-laid out once, as a caller would per weight sync */
+    if (p_mode) OKG(fp4rl_cuda_d8_relayout(gpu, qw, &tiles, NULL));
     for (size_t mi = 0; mi < nms; mi++) {
         const int64_t M = ms[mi];
-        if ((quick || (big && !wg_mode)) && M != 1 && M != 17 && M != 64 && M != 256) continue;
+        if ((quick || (big && !wg_mode && !p_mode)) && M != 1 && M != 17 && M != 64 && M != 256) continue;
         float *xa = rand_rows(M, K);
         fp4rl_tensor *qa = quant(gpu, fmt, 0, 1, xa, M, K);
         op8 a8 = prepass(qa);
@@ -142,16 +150,21 @@ static void gemm_case(fp4rl_dtype fmt, int tile, int64_t N, int64_t K)
             const size_t cb = (size_t)(M * N) * (bf ? 2 : 4);
             void *cref = dev(NULL, cb), *c1 = dev(NULL, cb), *cs = dev(NULL, cb);
             OKG(fp4rl_cuda_fp8_gemm_ref(gpu, a8.b, a8.s, w8.b, w8.s, cref, bf, M, N, K, w8.U));
-            OKG(fp4rl_cuda_d8_gemm(gpu, a8.b, a8.s, M, qw, c1, bf, N, 1));
-            /* wgmma: the kernel's own split (0; at most 32 slices, the bound's slice term) */
-            const int slices = wg_mode ? 0 : (int)(mi % 3) + 2 + (K >= 2048 ? 5 : 0), bound_slices = slices ? slices : 32;
-            OKG(fp4rl_cuda_d8_gemm(gpu, a8.b, a8.s, M, qw, cs, bf, N, slices));
+            /* wgmma and persistent: the kernel's own split (0; at most 32 slices, the bound's slice term) */
+            const int slices = wg_mode || p_mode ? 0 : (int)(mi % 3) + 2 + (K >= 2048 ? 5 : 0), bound_slices = slices ? slices : 32;
+            if (p_mode) {
+                OKG(fp4rl_cuda_d8_gemm_tiles(gpu, a8.b, a8.s, M, qw, tiles, c1, bf, N, 1));
+                OKG(fp4rl_cuda_d8_gemm_tiles(gpu, a8.b, a8.s, M, qw, tiles, cs, bf, N, slices));
+            } else {
+                OKG(fp4rl_cuda_d8_gemm(gpu, a8.b, a8.s, M, qw, c1, bf, N, 1));
+                OKG(fp4rl_cuda_d8_gemm(gpu, a8.b, a8.s, M, qw, cs, bf, N, slices));
+            }
             uint8_t *hr = host(cref, cb), *h1 = host(c1, cb), *hs = host(cs, cb);
             int64_t first = -1;
             for (int64_t i = 0; i < (int64_t)cb && first < 0; i++)
                 if (hr[i] != h1[i]) first = i / (bf ? 2 : 4);
             ck_assert_msg(first < 0, "%s%s tile %d %lldx%lldx%lld %s: one slice differs from the reference at output %lld (m %lld, n %lld)",
-                          wg_mode ? "wgmma " : "", fmt == FP4RL_DTYPE_HIF4 ? "HiF4" : "MXFP4", tile, (long long)M, (long long)N, (long long)K,
+                          p_mode ? "persistent " : wg_mode ? "wgmma " : "", fmt == FP4RL_DTYPE_HIF4 ? "HiF4" : "MXFP4", tile, (long long)M, (long long)N, (long long)K,
                           bf ? "bf16" : "f32",
                           (long long)first, (long long)(first / N), (long long)(first % N));
             /* (b): a sample of the split-K outputs (all of them for small products) */
@@ -190,6 +203,7 @@ static void gemm_case(fp4rl_dtype fmt, int tile, int64_t N, int64_t K)
         fp4rl_tensor_destroy(qa);
         free(xa);
     }
+    if (tiles) gpu->be->free(gpu, tiles);
     free(wv);
     op8_free(&w8);
     fp4rl_tensor_destroy(qw);
@@ -239,6 +253,31 @@ START_TEST(test_gemm_wgmma)
         }
     wg_mode = 0;
     unsetenv("FP4RL_D8_WGMMA");
+}
+END_TEST
+
+/* The persistent kernel (FP4RL_D8_PERSIST=1, read at every call, with the weight re-laid out by
+ * fp4rl_cuda_d8_relayout) against the same reference: one slice memcmp-equal (so also d8_kernel's
+ * one-slice bits), its own default split within the bound; HiF4 1D and 2D (64 x 64 words), MXFP4
+ * 1D and 32 x 32 tiles; N ragged (77, 300: row blocks of 128 padded with zero rows) and not, K one
+ * unit (64), ragged (320: a half 128-k chunk, a one-chunk ring stage) and not; M 1 .. 64. Where the
+ * device is not sm_90+ or the build has no sm_90 code the switch is ignored and this reruns the
+ * mma.sync kernel through fp4rl_cuda_d8_gemm_tiles's fallback. */
+START_TEST(test_gemm_persist)
+{
+    static const int64_t Ns[] = {77, 300, 2048, 11008}, Ks[] = {64, 320, 2048, 11008};
+    static const struct { fp4rl_dtype fmt; int tile; } fmts[] = {
+        {FP4RL_DTYPE_HIF4, 0}, {FP4RL_DTYPE_HIF4, 64}, {FP4RL_DTYPE_MXFP4, 0}, {FP4RL_DTYPE_MXFP4, 32}};
+    setenv("FP4RL_D8_PERSIST", "1", 1);
+    p_mode = 1;
+    for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
+        for (size_t i = 0; i < sizeof Ns / sizeof Ns[0]; i++)
+            for (size_t j = 0; j < sizeof Ks / sizeof Ks[0]; j++) {
+                if (Ns[i] * Ks[j] > (quick ? 1000000 : 30000000)) continue; /* not 11008 x 11008; quick: the small ones */
+                gemm_case(fmts[f].fmt, fmts[f].tile, Ns[i], Ks[j]);
+            }
+    p_mode = 0;
+    unsetenv("FP4RL_D8_PERSIST");
 }
 END_TEST
 
@@ -406,6 +445,10 @@ START_TEST(test_refusals)
     float *sa = dev(NULL, 4096), *c = dev(NULL, 64 * 64 * 4);
     ck_assert_int_eq(fp4rl_cuda_d8_gemm(gpu, a8, sa, 1, q, c, 0, 64, 0), FP4RL_ERR_UNSUPPORTED);
     ck_assert(fp4rl_last_error()[0] != 0);
+    void *tiles = NULL;
+    ck_assert_int_eq(fp4rl_cuda_d8_relayout(gpu, q, &tiles, NULL), FP4RL_ERR_UNSUPPORTED);
+    ck_assert(tiles == NULL);
+    ck_assert_int_ne(fp4rl_cuda_d8_gemm_tiles(gpu, a8, sa, 1, q, NULL, c, 0, 64, 0), FP4RL_OK);
     fp4rl_tensor_destroy(q);
     q = quant(gpu, FP4RL_DTYPE_HIF4, 0, 1, x, 50, 64);
     ck_assert_int_ne(fp4rl_cuda_d8_gemm(gpu, NULL, sa, 1, q, c, 0, 50, 0), FP4RL_OK);
@@ -453,7 +496,8 @@ int main(void)
     tcase_add_test(tc, test_act_gemm);
     tcase_add_test(tc, test_gemm_small);
     if (!quick) tcase_add_test(tc, test_gemm_3b);
-    tcase_add_test(tc, test_gemm_wgmma); /* last: a failure leaves FP4RL_D8_WGMMA set */
+    tcase_add_test(tc, test_gemm_wgmma); /* a failure leaves FP4RL_D8_WGMMA set: only test_gemm_persist after it */
+    tcase_add_test(tc, test_gemm_persist); /* last: a failure leaves FP4RL_D8_PERSIST set */
     suite_add_tcase(s, tc);
     return fp4rl_check_run_nofork(s);
 }

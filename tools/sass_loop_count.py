@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Static main-loop instruction count of CUDA kernels (SASS), for the decode GEMM's budget.
 
-Usage: tools/sass_loop_count.py FILE.o|FILE.cubin [NAME_SUBSTRING ...] [--mix N] [--weights-per-hmma W]
+Usage: tools/sass_loop_count.py FILE.o|FILE.cubin [NAME_SUBSTRING ...] [--mix N] [--weights-per-hmma W] [--innermost]
 
 Runs `cuobjdump -sass` on FILE (cuobjdump, and the nvdisasm it calls, must be on PATH, or set
 CUOBJDUMP; where the CUDA install lacks them: `pip install --target D nvidia-cuda-cuobjdump
 nvidia-cuda-nvdisasm`, then PATH=D/nvidia/cu13/bin:$PATH), and for every
 kernel whose mangled or demangled (c++filt, when present) name contains every NAME_SUBSTRING,
 finds the main loop: of the regions [target, branch] closed by a backward branch (BRA to a lower
-address) that contain an HMMA, the one with the most instructions. Prints its instruction count
+address) that contain an HMMA, the one with the most instructions (--innermost: of those with the
+most HMMAs the one with the fewest instructions, for d8p_kernel's stage loop). Prints its instruction count
 (NOPs excluded), the HMMA count, instructions per weight (each HMMA covers W weights of the
 weight operand: one m16n8k32 e4m3 mma.sync is two HMMA.16816 on sm_90 and covers 16 x 32 = 512
 weights once per n8 tile of activation rows, so a d8_kernel<U, T, C> of T tiles reads 256 / T
@@ -62,8 +63,10 @@ def opcode(text):
 MMA = ("HMMA", "QGMMA")  # mma.sync on sm_90 (FP16 after an unpack), wgmma E4M3
 
 
-def main_loop(insns):
-    """(lo, hi) addresses of the largest backward-branch region holding an HMMA / QGMMA, or None."""
+def main_loop(insns, innermost=False):
+    """(lo, hi) addresses of the largest backward-branch region holding an HMMA / QGMMA, or None;
+    innermost: of the regions holding the most MMAs the smallest (a persistent kernel's stage loop
+    rather than its work-item loop around it, which holds the same MMAs and the epilogue)."""
     best = None
     addrs = [a for a, _ in insns]
     for a, text in insns:
@@ -77,8 +80,12 @@ def main_loop(insns):
         if not any(opcode(t) in MMA for t in body):
             continue
         n = sum(1 for t in body if opcode(t) != "NOP")
-        if best is None or n > best[2]:
-            best = (tgt, a, n)
+        k = sum(1 for t in body if opcode(t) in MMA)
+        if innermost:
+            if best is None or k > best[3] or (k == best[3] and n < best[2]):
+                best = (tgt, a, n, k)
+        elif best is None or n > best[2]:
+            best = (tgt, a, n, k)
     del addrs
     return best
 
@@ -86,6 +93,9 @@ def main_loop(insns):
 def main(argv):
     args = [a for a in argv[1:]]
     mix_n, wph = 16, None
+    innermost = "--innermost" in args
+    if innermost:
+        args.remove("--innermost")
     if "--mix" in args:
         i = args.index("--mix")
         mix_n = int(args[i + 1])
@@ -110,18 +120,18 @@ def main(argv):
         full = names[mangled]
         if not all(s in mangled or s in full for s in subs):
             continue
-        loop = main_loop(insns)
+        loop = main_loop(insns, innermost)
         hits += 1
         print(full)
         if not loop:
             print("  no backward-branch region with HMMA")
             continue
-        lo, hi, n = loop
+        lo, hi, n, _ = loop
         body = [t for a, t in insns if lo <= a <= hi and opcode(t) != "NOP"]
         mix = collections.Counter(opcode(t) for t in body)
         op = "QGMMA" if mix.get("QGMMA", 0) else "HMMA"
         hmma = mix.get(op, 0)
-        tiles = re.search(r"d8_kernel<\s*\d+,\s*(\d+)", full)
+        tiles = re.search(r"d8p?_kernel<\s*\d+,\s*(\d+)", full)
         if op == "QGMMA":
             w = wph if wph else 512  # 64 weight rows x 32 k a warpgroup (4 warps), every activation row at once
         else:
