@@ -4,7 +4,7 @@
 #   DEVPACK_DIR=.devrun-b bash tools/devpack.sh build/cuda90/tests/{test_decode_fp8,test_ops_parity,test_rollout_graphs,test_rollout_fast} \
 #     build/cuda90/bench/{fp4rl_bench,fp4rl_scale_bench}
 # 1. test_decode_fp8 (quick), test_ops_parity, test_rollout_graphs with every switch on (the tests set
-#    them too); 2. the quick d8 test under compute-sanitizer memcheck; 3. fp4rl_bench d8 (the W4A4
+#    them too); 2. the quick d8 test under compute-sanitizer memcheck (mma.sync, wgmma and persistent kernels); 3. fp4rl_bench d8 (the W4A4
 #    decode GEMM against cuBLASLt BF16) and attn (split-keys attention, FP4RL_ATTN_SPLIT=1 vs 0);
 # 4. the 3B HiF4 W4A4 + ResQ 2:4 rollout (16 x 8 of 128 + 256) with each switch off in turn against
 #    all on, and the 3B BF16 rollout with the attention split on and off. Logs in one $OUT/logs.tgz.
@@ -37,6 +37,8 @@ if [ -x $bin/test_decode_fp8 ] && command -v compute-sanitizer > /dev/null; then
   echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' $L/memcheck.log | tail -1)"
   (cd /tmp && FP4RL_D8_WGMMA=1 timeout 60 compute-sanitizer --tool memcheck --leak-check no $bin/test_decode_fp8) > $L/memcheck_wg.log 2>&1
   echo "wgmma memcheck rc=$? $(grep -E 'ERROR SUMMARY' $L/memcheck_wg.log | tail -1)"
+  (cd /tmp && FP4RL_D8_PERSIST=1 timeout 90 compute-sanitizer --tool memcheck --leak-check no $bin/test_decode_fp8) > $L/memcheck_p.log 2>&1
+  echo "persistent memcheck rc=$? $(grep -E 'ERROR SUMMARY' $L/memcheck_p.log | tail -1)"
 fi
 echo "## fp4rl_bench d8 (t=$SECONDS)"
 (cd /tmp && timeout 60 stdbuf -oL $bin/fp4rl_bench 5 d8) > $L/bench_d8.md 2>&1; grep -vE "^\s*$" $L/bench_d8.md | tail -60
