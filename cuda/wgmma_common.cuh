@@ -67,17 +67,22 @@ __device__ __forceinline__ void wg_mbar_arrive_tx(uint32_t bar, uint32_t bytes)
 {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
+/* One try: whether the phase of parity `parity` has completed. */
+__device__ __forceinline__ bool wg_mbar_try(uint32_t bar, uint32_t parity)
+{
+    uint32_t done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+    return done != 0;
+}
 /* Waits for the phase of parity `parity` to complete (the consumers' wait: a plain loop, any more
  * code here made ptxas spill the HiF4 consumers). */
 __device__ __forceinline__ void wg_mbar_wait(uint32_t bar, uint32_t parity)
 {
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
+    while (!wg_mbar_try(bar, parity)) {
+    }
 }
 /* The producer's wait: past 2^31 cycles (~1 s) it traps, so a pipeline bug (a lost arrival, a
  * byte count that never lands, consumers stuck on a full barrier) fails the launch instead of
@@ -85,14 +90,8 @@ __device__ __forceinline__ void wg_mbar_wait(uint32_t bar, uint32_t parity)
 __device__ __forceinline__ void wg_mbar_wait_or_trap(uint32_t bar, uint32_t parity)
 {
     const uint32_t t0 = (uint32_t)clock();
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-        if (!done && (uint32_t)clock() - t0 > (1u << 31)) __trap();
-    } while (!done);
+    while (!wg_mbar_try(bar, parity))
+        if ((uint32_t)clock() - t0 > (1u << 31)) __trap();
 }
 /* 1D bulk copy global -> shared (16-byte aligned, a multiple of 16 bytes), completing on bar. */
 __device__ __forceinline__ void wg_bulk(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar)
