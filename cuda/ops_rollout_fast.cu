@@ -157,13 +157,16 @@ __global__ void __launch_bounds__(256) act_qdq_k(uint16_t *out, unsigned long lo
  * One thread per 4 consecutive elements of a row (a "quad": one HiF4 e16 micro-block, one 2:4
  * group), the quads of one block in adjacent aligned lanes (16 for HiF4's 64, 8 for MX's 32).
  * Twice the threads of act_qdq_k and half the dependent chain each, for the rollout's small N.
- * The same values as qdq8 / the CPU's fp4rl_qdq_block, from the same formats.h functions:
- *  - the block max: max over the lanes of the block (exact, order-free); the HiF4 e8 operand,
- *    the max of an 8-element sub-block, is the first xor-1 step of that butterfly (quads 2h, 2h+1);
- *  - the non-finite flag: any lane of the block, by one ballot;
- *  - HiF4's word: the base's E6M2 byte, this quad's e8 bit (sub-block q / 2) and its e16 bit (q);
- *    fp4rl_hif4_word_inc(word, j) of an element j of the quad reads only those two bits, so
- *    encode / decode see the CPU's increments (the other bits of the CPU's word are not read);
+ * The same values as qdq8 / the CPU's fp4rl_qdq_block, from formats.h functions:
+ *  - the block max and the non-finite flag: one integer max of the magnitude bits over the lanes
+ *    of the block (exact, order-free; >= 0x7f800000 iff some element is inf or NaN, which makes
+ *    the block NaN, else the max |x|); the HiF4 e8 operand, the max of an 8-element sub-block, is
+ *    the first xor-1 step of that butterfly (quads 2h, 2h+1);
+ *  - HiF4's increment of the quad, inc = e8 + e16 (the two word bits fp4rl_hif4_word_inc reads for
+ *    its four elements), and each value as fp4rl_hif4_qdq_rn (MXFP4: fp4rl_mx4_qdq_rn): the round
+ *    trip without the code, equal to decode(encode) (tests/test_formats.c checks every scale) and
+ *    a BF16 value, so its BF16 word is its high half. About half the instructions of decoding.
+ *    MXFP8 decodes its codes (its values may be BF16 subnormals, so they are rounded);
  *  - padding (the last block of a ragged row): zeros, as act_qdq_k and the reference quantizer;
  *  - 2:4: fp4rl_mask_2_4_group on the quad, padding zeros included, as act_qdq_k (they sort after
  *    the quad's real elements, so the kept real ones are the CPU's);
@@ -173,47 +176,58 @@ __global__ void __launch_bounds__(256) act_qdq_k(uint16_t *out, unsigned long lo
 constexpr int ACT4_THREADS = 128;
 
 template <int FMT>
-__device__ __forceinline__ void qdq4(const float x[4], float y[4], int q, int truncation_free)
+__device__ __forceinline__ void qdq4(const float x[4], float y[4], int truncation_free)
 {
     constexpr int L = (FMT == FP4RL_QDQ_HIF4 ? 64 : 32) / 4; /* lanes (quads) of a block */
-    int fin = 1;
-    const float a = fp4rl_qdq_amax(x, 0, 4, &fin);
-    const unsigned bad = __ballot_sync(0xffffffffu, !fin);
-    const bool nonfinite = ((bad >> ((threadIdx.x & 31) & ~(L - 1))) & ((1u << L) - 1u)) != 0;
-    const float m8 = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1)); /* quads 2h, 2h + 1: sub-block h */
-    float amax = m8;
+    uint32_t a = 0;
 #pragma unroll
-    for (int m = 2; m < L; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-    if (nonfinite) {
+    for (int j = 0; j < 4; j++) a = max(a, fp4rl_f32_bits(x[j]) & 0x7fffffffu);
+    const uint32_t m8 = max(a, __shfl_xor_sync(0xffffffffu, a, 1)); /* quads 2h, 2h + 1: sub-block h */
+    uint32_t m = m8;
+#pragma unroll
+    for (int k = 2; k < L; k <<= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, k));
+    if (m >= 0x7f800000u) {
 #pragma unroll
         for (int j = 0; j < 4; j++) y[j] = fp4rl_bits_f32(0x7fc00000u);
         return;
     }
-    if (FMT != FP4RL_QDQ_HIF4) {
-        constexpr int fp8 = FMT == FP4RL_QDQ_MXFP8;
-        const uint8_t s = fp4rl_mx_block_scale(amax, (fp4rl_dtype)FMT, truncation_free);
+    const float amax = fp4rl_bits_f32(m);
+    if (FMT == FP4RL_QDQ_MXFP8) {
+        const uint8_t s = fp4rl_mx_block_scale(amax, FP4RL_DTYPE_MXFP8_E4M3, truncation_free);
 #pragma unroll
-        for (int j = 0; j < 4; j++) y[j] = fp4rl_mx_decode(fp4rl_mx_encode(x[j], fp4rl_e8m0_exp(s), fp8, -1.0f), s, fp8);
-        return;
-    }
-    const fp4rl_hif4_base b = fp4rl_hif4_make_base(amax);
-    const uint32_t e8 = fp4rl_hif4_e8(m8, b.rec);
-    const uint32_t word = b.e6m2 | fp4rl_hif4_e8_at(e8, q >> 1) | fp4rl_hif4_e16_at(fp4rl_hif4_e16(a, e8, b.rec), q);
+        for (int j = 0; j < 4; j++) y[j] = fp4rl_mx_decode(fp4rl_mx_encode(x[j], fp4rl_e8m0_exp(s), 1, -1.0f), s, 1);
+    } else if (FMT == FP4RL_QDQ_MXFP4) {
+        const int e = fp4rl_e8m0_exp(fp4rl_mx_block_scale(amax, FP4RL_DTYPE_MXFP4, truncation_free));
+        const float sc = fp4rl_mx_elem_scale(e), scale = fp4rl_exp2i(e);
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const int jj = 4 * q + j;
-        y[j] = fp4rl_hif4_decode(fp4rl_hif4_encode(x[j], fp4rl_hif4_word_inc(word, jj), b.rec, -1.0f), word, jj);
+        for (int j = 0; j < 4; j++) y[j] = fp4rl_mx4_qdq_rn(x[j], sc, scale);
+    } else {
+        const fp4rl_hif4_base b = fp4rl_hif4_make_base(amax);
+        const uint32_t e8 = fp4rl_hif4_e8(fp4rl_bits_f32(m8), b.rec);
+        const uint32_t inc = e8 + fp4rl_hif4_e16(fp4rl_bits_f32(a), e8, b.rec);
+        const float screc = fp4rl_hif4_inc_scale(inc) * b.rec, step = fp4rl_hif4_step(b.base, inc);
+#pragma unroll
+        for (int j = 0; j < 4; j++) y[j] = fp4rl_hif4_qdq_rn(x[j], screc, step);
     }
 }
 
+/* Four values as BF16 words. EXACT: they are BF16 values already (HiF4's and MXFP4's round trips,
+ * NaN 0x7fc00000 included), so their high halves, which is what fp4rl_f32_to_bf16 returns for
+ * them; else rounded by fp4rl_f32_to_bf16 (MXFP8's values may need it: BF16 subnormals). */
+template <bool EXACT>
+__device__ __forceinline__ uint16_t to_bf16(float v)
+{
+    return EXACT ? (uint16_t)(fp4rl_f32_bits(v) >> 16) : fp4rl_f32_to_bf16(v);
+}
+template <bool EXACT>
 __device__ __forceinline__ void store_bf16x4(uint16_t *o, const float y[4], int valid, int vec)
 {
     if (vec && valid == 4) {
-        *reinterpret_cast<uint2 *>(o) = make_uint2((uint32_t)fp4rl_f32_to_bf16(y[0]) | (uint32_t)fp4rl_f32_to_bf16(y[1]) << 16,
-                                                   (uint32_t)fp4rl_f32_to_bf16(y[2]) | (uint32_t)fp4rl_f32_to_bf16(y[3]) << 16);
+        *reinterpret_cast<uint2 *>(o) = make_uint2((uint32_t)to_bf16<EXACT>(y[0]) | (uint32_t)to_bf16<EXACT>(y[1]) << 16,
+                                                   (uint32_t)to_bf16<EXACT>(y[2]) | (uint32_t)to_bf16<EXACT>(y[3]) << 16);
         return;
     }
-    for (int j = 0; j < valid; j++) o[j] = fp4rl_f32_to_bf16(y[j]);
+    for (int j = 0; j < valid; j++) o[j] = to_bf16<EXACT>(y[j]);
 }
 
 /* qpr: quads a row, whole blocks; vec: K % 4 == 0, x 16-byte and out 8-byte aligned */
@@ -221,10 +235,9 @@ template <int FMT>
 __global__ void __launch_bounds__(ACT4_THREADS) act_qdq4_k(uint16_t *out, unsigned long long *counts, const float *x, int64_t N,
                                                            int64_t K, int qpr, int truncation_free, int resq, int vec)
 {
-    constexpr int L = (FMT == FP4RL_QDQ_HIF4 ? 64 : 32) / 4;
+    constexpr bool EXACT = FMT != FP4RL_QDQ_MXFP8; /* HiF4's and MXFP4's values are BF16 values */
     const int two = resq == FP4RL_RESQ_DENSE || resq == FP4RL_RESQ_2_4;
     const int t = (int)blockIdx.x * ACT4_THREADS + (int)threadIdx.x; /* every lane runs: shuffles */
-    const int q = (int)threadIdx.x & (L - 1);                         /* the quad's index in its block */
     const int64_t k0 = 4 * (int64_t)t;
     const int valid = t < qpr && k0 < K ? (K - k0 < 4 ? (int)(K - k0) : 4) : 0;
     unsigned nz = 0, under = 0;
@@ -238,20 +251,20 @@ __global__ void __launch_bounds__(ACT4_THREADS) act_qdq4_k(uint16_t *out, unsign
 #pragma unroll
             for (int j = 0; j < 4; j++) xv[j] = j < valid ? xr[j] : 0.0f;
         }
-        qdq4<FMT>(xv, y, q, truncation_free);
+        qdq4<FMT>(xv, y, truncation_free);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             nz += xv[j] != 0.0f;
             under += xv[j] != 0.0f && y[j] == 0.0f;
         }
-        if (valid) store_bf16x4(out + n * K + k0, y, valid, vec);
+        if (valid) store_bf16x4<EXACT>(out + n * K + k0, y, valid, vec);
         if (two) {
             float r[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) r[j] = xv[j] - y[j];
-            qdq4<FMT>(r, r, q, truncation_free);
+            qdq4<FMT>(r, r, truncation_free);
             if (resq == FP4RL_RESQ_2_4) fp4rl_mask_2_4_group(r, 4);
-            if (valid) store_bf16x4(out + (N + n) * K + k0, r, valid, vec);
+            if (valid) store_bf16x4<EXACT>(out + (N + n) * K + k0, r, valid, vec);
         }
     }
     if (!counts) return; /* uniform: every thread of the grid sees the same pointer */

@@ -304,6 +304,53 @@ START_TEST(test_hif4_encode_every_bf16)
 }
 END_TEST
 
+/* The codeless round trip the rollout's activation kernel uses (fp4rl_hif4_qdq_rn) equals
+ * decode(encode(x)) bit for bit: every E6M2 base, every increment, every finite BF16 x (a
+ * quarter of them, in turn per base) and random binary32 x, both signs and zeros; the result is
+ * a BF16 value. */
+START_TEST(test_hif4_qdq_rn_every_base)
+{
+    trng r = trng_make(18);
+    for (uint32_t c = 0; c < 0xFFu; c++) {
+        const float base = fp4rl_hif4_word_base(c), rec = ref_bf16_round(1.0f / base); /* the spec's step 4 */
+        for (uint32_t inc = 0; inc <= 2; inc++) {
+            /* the word: base c, element 0's e8 / e16 bits giving inc */
+            const uint32_t word = c | fp4rl_hif4_e8_at(inc >= 1, 0) | fp4rl_hif4_e16_at(inc == 2, 0);
+            ck_assert_int_eq(fp4rl_hif4_word_inc(word, 0), (int)inc);
+            const float screc = fp4rl_hif4_inc_scale(inc) * rec, step = fp4rl_hif4_step(base, inc);
+            for (uint32_t i = 0; i < 0x4000u + 4096u; i++) {
+                const float x = i < 0x4000u ? bits_f32((4 * i + (c & 3u)) << 16) : bits_f32((uint32_t)trng_u64(&r));
+                if (!isfinite(x)) continue;
+                const float want = fp4rl_hif4_decode(fp4rl_hif4_encode(x, (int)inc, rec, -1.0f), word, 0);
+                const float got = fp4rl_hif4_qdq_rn(x, screc, step);
+                ck_assert_msg(f32_bits(got) == f32_bits(want), "base 0x%x inc %u x %a: %a, want %a", c, inc, (double)x, (double)got,
+                              (double)want);
+                ck_assert_uint_eq(f32_bits(got) & 0xffffu, 0u);
+            }
+        }
+    }
+}
+END_TEST
+
+/* fp4rl_mx4_qdq_rn equals MXFP4's decode(encode(x)) bit for bit: every scale exponent, finite BF16
+ * x (a sixteenth of them, in turn per scale) and random binary32 x; the result is a BF16 value. */
+START_TEST(test_mx4_qdq_rn_every_scale)
+{
+    trng r = trng_make(19);
+    for (int e = -127; e <= 127; e++) {
+        const uint8_t s = fp4rl_e8m0_of_exp(e);
+        const float sc = fp4rl_mx_elem_scale(e), scale = fp4rl_exp2i(e);
+        for (uint32_t i = 0; i < 0x1000u + 4096u; i++) {
+            const float x = i < 0x1000u ? bits_f32((16 * i + ((uint32_t)e & 15u)) << 16) : bits_f32((uint32_t)trng_u64(&r));
+            if (!isfinite(x)) continue;
+            const float want = fp4rl_mx_decode(fp4rl_mx_encode(x, e, 0, -1.0f), s, 0), got = fp4rl_mx4_qdq_rn(x, sc, scale);
+            ck_assert_msg(f32_bits(got) == f32_bits(want), "e %d x %a: %a, want %a", e, (double)x, (double)got, (double)want);
+            ck_assert_uint_eq(f32_bits(got) & 0xffffu, 0u);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_bf16_rounding)
 {
     trng r = trng_make(4);
@@ -761,6 +808,8 @@ Suite *formats_suite(void)
     tcase_add_test(tc, test_bf16_rounding);
     tcase_add_test(tc, test_encoders_every_bf16);
     tcase_add_test(tc, test_hif4_encode_every_bf16);
+    tcase_add_test(tc, test_hif4_qdq_rn_every_base);
+    tcase_add_test(tc, test_mx4_qdq_rn_every_scale);
     suite_add_tcase(s, tc);
     tc = tcase_create("scales");
     tcase_add_checked_fixture(tc, setup, teardown);

@@ -310,12 +310,14 @@ FP4RL_HD float fp4rl_hif4_elem_mag(float x, float sc, float rec) { return (fabsf
  * forms, which rounds to code 0 either way. Stochastic rounding keeps the two steps: there a tiny v
  * meets u = 0. */
 FP4RL_HD float fp4rl_hif4_elem_mag_rn(float x, float screc) { return fabsf(x) * screc; }
-FP4RL_HD uint32_t fp4rl_hif4_code_rn(float v)
+/* The level n = code & 7 of nearest rounding, as a float (0 .. 7). */
+FP4RL_HD float fp4rl_hif4_level_rn(float v)
 {
     float t = fp4rl_fma_exact(v, 4.0f, 0.5f);
     t = t < 7.0f ? t : 7.0f;
-    return fp4rl_f32_bits(floorf(t) + 0x1p23f) - 0x4b000000u;
+    return floorf(t);
 }
+FP4RL_HD uint32_t fp4rl_hif4_code_rn(float v) { return fp4rl_f32_bits(fp4rl_hif4_level_rn(v) + 0x1p23f) - 0x4b000000u; }
 FP4RL_HD uint32_t fp4rl_hif4_code_sr(float v, float u)
 {
     float w = v * 4.0f;
@@ -347,6 +349,20 @@ FP4RL_HD float fp4rl_hif4_decode(uint8_t code, uint32_t word, int j)
     return (code & 8u) ? -m : m;
 }
 
+/* The round trip of one element with nearest rounding, without the code: fp4rl_hif4_decode(
+ * fp4rl_hif4_encode(x, inc, rec, -1), word, j) for a finite unit (the word's base b.base, element
+ * j's increment inc), given screc = fp4rl_hif4_inc_scale(inc) * rec and step = fp4rl_hif4_step(
+ * base, inc). decode multiplies ((n / 4) 2^inc) base: the first two factors are exact, and n (3
+ * significant bits) times base (3) is exact in binary32 in HiF4's range, so the value is n * step
+ * exactly, with x's sign (the code's sign bit; -0 for a negative x at level 0). The result is also
+ * exactly a BF16 value. tests/test_formats.c compares the two over every base and increment. */
+FP4RL_HD float fp4rl_hif4_step(float base, uint32_t inc) { return base * fp4rl_bits_f32((125u + inc) << 23); }
+FP4RL_HD float fp4rl_hif4_qdq_rn(float x, float screc, float step)
+{
+    const float m = fp4rl_hif4_level_rn(fp4rl_hif4_elem_mag_rn(x, screc)) * step;
+    return fp4rl_bits_f32(fp4rl_f32_bits(m) | (fp4rl_f32_bits(x) & 0x80000000u));
+}
+
 /* ---- per-format element quantization (the block scale already chosen) --------------------- */
 /* MX element: x scaled by sc = 2^-e (the spec's x * 2^-e, one binary32 multiply: |x| * sc is the
  * magnitude of that product), to E2M1 (fp8 == 0) or E4M3 (fp8 == 1). The kernels compute sc once
@@ -368,6 +384,22 @@ FP4RL_HD float fp4rl_mx_decode(uint8_t code, uint8_t scale, int fp8)
 {
     if (scale == FP4RL_E8M0_NAN || (fp8 && (code & 0x7fu) == 0x7fu)) return fp4rl_bits_f32(0x7fc00000u);
     return (fp8 ? fp4rl_e4m3_decode(code) : fp4rl_e2m1_decode(code)) * fp4rl_exp2i(fp4rl_e8m0_exp(scale));
+}
+/* MXFP4's round trip with nearest rounding, without the code: fp4rl_mx_decode(fp4rl_mx_encode(x,
+ * e, 0, -1), s, 0) for a finite block of scale s = 2^e, given sc = fp4rl_mx_elem_scale(e) and
+ * scale = fp4rl_exp2i(e). fp4rl_grid_code_rn's sum 2^23 + N + k holds the rounded k = a / q, so k
+ * is that sum less 2^23 + N (exact), and the code's value is k q: the value is k (q 2^e), every
+ * product exact (k <= 4, powers of two down to 2^-128), with x's sign. Also exactly a BF16 value.
+ * tests/test_formats.c compares the two over every scale. */
+FP4RL_HD float fp4rl_mx4_qdq_rn(float x, float sc, float scale)
+{
+    const fp4rl_grid g = FP4RL_GRID_E2M1;
+    float a = fp4rl_mx_elem_mag(x, sc);
+    a = a < g.maxv ? a : g.maxv;
+    const uint32_t eb = fp4rl_grid_ebits(g, a);
+    const float gb = fp4rl_grid_base(g, eb), k = fp4rl_fma_exact(a, fp4rl_grid_qinv(g, eb), gb) - gb;
+    const float m = k * (fp4rl_bits_f32(eb - ((uint32_t)g.mbits << 23)) * scale); /* q = 2^(E - mbits) */
+    return fp4rl_bits_f32(fp4rl_f32_bits(m) | (fp4rl_f32_bits(x) & 0x80000000u));
 }
 /* NVFP4 element with block scale code s (not 0, not NaN) and tensor scale g: x / (s_b * g), an IEEE
  * division by the block's divisor d = s_b * g (computed once per block by the kernels). */
