@@ -35,6 +35,9 @@
  *                                    (fp4rl_cuda_fp8_gemm_tc: the wgmma kernel where its gate holds,
  *                                    named in the `kernel` column) and the mma.sync kernel alone
  *                                    (fp4rl_cuda_fp8_gemm_mma), not the slow reference.
+ *   fp4rl_bench [reps] act           sections 1 and 10: the rollout's activation operand (rollout_act, pack_bf16)
+ *   fp4rl_bench [reps] lt            sections 1 and 9: cuBLASLt's first choice against its best candidate at
+ *                                    the rollout's decode shapes (BF16 -> FP32)
  *   fp4rl_bench [reps] d8            sections 1 and 8: the W4A4 decode GEMM on the FP8 tensor cores
  *                                    (cuda/decode_fp8.h, HiF4 and MXFP4 weights read packed, E4M3
  *                                    activations from fp4rl_cuda_act_e4m3) vs cuBLASLt BF16 at
@@ -68,6 +71,7 @@
 #include "decode_packed.h"
 #include "gemm_fp8.h"
 #include "format/formats.h"
+#include "format/qdq_block.h"
 
 #define CK(call)                                                                                          \
     do {                                                                                                  \
@@ -604,6 +608,128 @@ static void d8_section(double copy_bw, double l2)
     }
 }
 
+/* cuBLASLt's own choice against the best of its first 24 candidates, BF16 x BF16 -> FP32 as the
+ * rollout's linears call it (C[M,N] = A[M,K] B[N,K]^T, weights rotated out of L2), at the decode
+ * shapes of the 1.5B and 3B models (fused q/k/v and gate/up) and 128-1024 rows (ResQ doubles the
+ * rows). Tells whether choosing among cuBLASLt's candidates would pay before the library does it. */
+static void lt_section(double copy_bw, double l2)
+{
+    const fp4rl_cublaslt *api = fp4rl_cublaslt_api();
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    struct Shape {
+        const char *name;
+        int64_t n, k;
+    } shapes[] = {{"3B qkv", 2560, 2048}, {"3B o", 2048, 2048}, {"3B gate/up", 22016, 2048}, {"3B down", 2048, 11008},
+                  {"1.5B qkv", 2048, 1536}, {"1.5B o", 1536, 1536}, {"1.5B gate/up", 17920, 1536}, {"1.5B down", 1536, 8960}};
+    const int64_t rows[] = {128, 256, 512, 1024};
+    printf("## cuBLASLt BF16 -> FP32 at the rollout's decode shapes: its first choice against the best of 24 candidates\n\n");
+    printf("| shape (N x K) | M | weight bound us | first us | best us | best # | best tile / stages / split-K | first / best |\n"
+           "|---|---|---|---|---|---|---|---|\n");
+    double sum_first[2][4] = {}, sum_best[2][4] = {};
+    for (const Shape &sh : shapes) {
+        const int nb = rotation((double)sh.n * sh.k * 2, l2, 8);
+        std::vector<fp4rl_tensor *> wb;
+        for (int i = 0; i < nb; i++) wb.push_back(random_bf16(sh.n, sh.k, 100 + i));
+        fp4rl_tensor *x = random_bf16(1024, sh.k, 7);
+        float *y;
+        CU(cudaMalloc(&y, (size_t)1024 * sh.n * 4));
+        for (int mi = 0; mi < 4; mi++) {
+            const int64_t M = rows[mi];
+            cublasLtMatmulDesc_t desc;
+            cublasLtMatrixLayout_t la, lb, lc;
+            cublasLtMatmulPreference_t pref;
+            const cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
+            api->desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+            api->desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+            api->desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+            api->layout_create(&la, CUDA_R_16BF, sh.k, sh.n, sh.k);
+            api->layout_create(&lb, CUDA_R_16BF, sh.k, M, sh.k);
+            api->layout_create(&lc, CUDA_R_32F, sh.n, M, sh.n);
+            api->pref_create(&pref);
+            size_t ws = cu->lt_workspace_bytes;
+            api->pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+            cublasLtMatmulHeuristicResult_t res[24];
+            int count = 0;
+            api->algo_get_heuristic(cu->lt, desc, la, lb, lc, lc, pref, 24, res, &count);
+            double first = 0, best = 1e30;
+            int bi = -1;
+            for (int i = 0; i < count; i++) {
+                if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+                const float alpha = 1.0f, beta = 0.0f;
+                int bad = 0;
+                const double t = time_ms([&](int j) {
+                    bad |= api->matmul(cu->lt, desc, &alpha, wb[j % nb]->data, la, x->data, lb, &beta, y, lc, y, lc, &res[i].algo,
+                                       cu->lt_workspace, cu->lt_workspace_bytes, stream) != CUBLAS_STATUS_SUCCESS;
+                });
+                if (bad) continue;
+                if (i == 0) first = t;
+                if (t < best) best = t, bi = i;
+            }
+            int tile = -1, stages = -1, split = -1;
+            if (bi >= 0) {
+                size_t w;
+                api->algo_config_get_attribute(&res[bi].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+                api->algo_config_get_attribute(&res[bi].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
+                api->algo_config_get_attribute(&res[bi].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof split, &w);
+            }
+            const double bound = (double)sh.n * sh.k * 2 * 2 / (copy_bw * 1e9) * 1e6; /* copy_bw counts read + write */
+            printf("| %s %lld x %lld | %lld | %.1f | %.1f | %.1f | %d of %d | %d / %d / %d | %.2f |\n", sh.name, (long long)sh.n,
+                   (long long)sh.k, (long long)M, bound, first * 1e3, best * 1e3, bi, count, tile, stages, split, first / best);
+            const int m3 = sh.name[0] == '3' ? 1 : 0;
+            sum_first[m3][mi] += first * 1e3;
+            sum_best[m3][mi] += best * 1e3;
+            api->pref_destroy(pref);
+            api->layout_destroy(lc);
+            api->layout_destroy(lb);
+            api->layout_destroy(la);
+            api->desc_destroy(desc);
+        }
+        CU(cudaFree(y));
+        fp4rl_tensor_destroy(x);
+        for (auto *t : wb) fp4rl_tensor_destroy(t);
+    }
+    printf("\nA layer's four GEMMs, us (first choice -> best): ");
+    for (int m3 = 1; m3 >= 0; m3--)
+        for (int mi = 0; mi < 4; mi++)
+            printf("%s M=%lld %.1f -> %.1f; ", m3 ? "3B" : "1.5B", (long long)rows[mi], sum_first[m3][mi], sum_best[m3][mi]);
+    printf("\n\n");
+}
+
+/* The rollout's activation operand (rollout_act: HiF4 + ResQ 2:4 writes Q(x) and S(Q(R)) as BF16,
+ * with the underflow counts or without) against the BF16 numerics' operand (pack_bf16) at the
+ * rollout's decode shapes: rows 128 / 256 / 512, K of the 3B model's q/k/v, o, gate/up (2048) and
+ * down (11008). Bytes: FP32 read + BF16 written. */
+static void act_section(double copy_bw)
+{
+    const int64_t rows[] = {128, 256, 512}, ks[] = {2048, 11008};
+    unsigned long long *counts;
+    CU(cudaMalloc(&counts, 2 * sizeof *counts));
+    printf("## The rollout's activation operand at decode shapes (us)\n\n| rows x K | pack_bf16 | HiF4 ResQ 2:4, counts | "
+           "no counts | MXFP4 ResQ 2:4 | HiF4 %% of copy |\n|---|---|---|---|---|---|\n");
+    for (int64_t N : rows)
+        for (int64_t K : ks) {
+            float *x;
+            uint16_t *out;
+            CU(cudaMalloc(&x, (size_t)N * K * 4));
+            CU(cudaMalloc(&out, (size_t)2 * N * K * 2));
+            /* a smooth ramp of magnitudes, so blocks have real scales and some elements underflow */
+            std::vector<float> h((size_t)N * K);
+            for (size_t i = 0; i < h.size(); i++) h[i] = (float)((int)(i * 2654435761u % 2001) - 1000) * 1e-3f * (1.0f + (float)(i % 64));
+            CU(cudaMemcpy(x, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+            const double tp = time_ms([&](int) { CK(ctx->ops->pack_bf16(ctx, out, K, x, N, K)); });
+            const double tc = time_ms([&](int) { CK(ctx->ops->rollout_act(ctx, out, counts, x, N, K, FP4RL_QDQ_HIF4, 1, FP4RL_RESQ_2_4)); });
+            const double tn = time_ms([&](int) { CK(ctx->ops->rollout_act(ctx, out, NULL, x, N, K, FP4RL_QDQ_HIF4, 1, FP4RL_RESQ_2_4)); });
+            const double tm = time_ms([&](int) { CK(ctx->ops->rollout_act(ctx, out, counts, x, N, K, FP4RL_QDQ_MXFP4, 1, FP4RL_RESQ_2_4)); });
+            const double bytes = (double)N * K * (4 + 2 * 2);
+            printf("| %lld x %lld | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", (long long)N, (long long)K, tp * 1e3, tc * 1e3, tn * 1e3, tm * 1e3,
+                   100.0 * bytes / (tc * 1e-3) / 1e9 / copy_bw);
+            CU(cudaFree(x));
+            CU(cudaFree(out));
+        }
+    CU(cudaFree(counts));
+    printf("\n");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) reps = atoi(argv[1]) > 0 ? atoi(argv[1]) : reps;
@@ -635,6 +761,16 @@ int main(int argc, char **argv)
         const fp4rl_dtype f = strcmp(argv[3], "mxfp4") == 0 ? FP4RL_DTYPE_MXFP4 : strcmp(argv[3], "nvfp4") == 0 ? FP4RL_DTYPE_NVFP4
                                                                                                               : FP4RL_DTYPE_HIF4;
         dg_profile(f, atoll(argv[4]));
+        fp4rl_context_destroy(ctx);
+        return 0;
+    }
+    if (argc > 2 && strcmp(argv[2], "act") == 0) {
+        act_section(copy_bandwidth());
+        fp4rl_context_destroy(ctx);
+        return 0;
+    }
+    if (argc > 2 && strcmp(argv[2], "lt") == 0) {
+        lt_section(copy_bandwidth(), prop.l2CacheSize);
         fp4rl_context_destroy(ctx);
         return 0;
     }

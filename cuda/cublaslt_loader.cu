@@ -65,7 +65,8 @@ fp4rl_cublaslt load_cublaslt()
         !resolve(lib, "cublasLtMatmulPreferenceSetAttribute", &a.pref_set_attribute, &a) ||
         !resolve(lib, "cublasLtMatrixLayoutCreate", &a.layout_create, &a) ||
         !resolve(lib, "cublasLtMatrixLayoutDestroy", &a.layout_destroy, &a) ||
-        !resolve(lib, "cublasLtMatrixLayoutSetAttribute", &a.layout_set_attribute, &a))
+        !resolve(lib, "cublasLtMatrixLayoutSetAttribute", &a.layout_set_attribute, &a) ||
+        !resolve(lib, "cublasLtMatmulAlgoConfigGetAttribute", &a.algo_config_get_attribute, &a))
         return a;
     a.version = a.get_version();
     if (a.version / 10000 != (size_t)CUBLAS_VER_MAJOR) {

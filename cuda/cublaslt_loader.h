@@ -31,6 +31,7 @@ struct fp4rl_cublaslt {
     decltype(&::cublasLtMatrixLayoutCreate) layout_create;
     decltype(&::cublasLtMatrixLayoutDestroy) layout_destroy;
     decltype(&::cublasLtMatrixLayoutSetAttribute) layout_set_attribute;
+    decltype(&::cublasLtMatmulAlgoConfigGetAttribute) algo_config_get_attribute; /* the bench's algorithm sweep */
 };
 
 /* cuBLASLt, loaded once per process on the first call (thread-safe). Never NULL; check ->ok.
