@@ -61,6 +61,10 @@ __device__ __forceinline__ float expf_cr(float x) { return (float)exp((double)x)
 __device__ __forceinline__ float powf_cr(float x, float y) { return (float)pow((double)x, (double)y); }
 __device__ __forceinline__ float cosf_cr(float x) { return (float)cos((double)x); }
 __device__ __forceinline__ float sinf_cr(float x) { return (float)sin((double)x); }
+/* SwiGLU's element, silu(g) * u with silu(g) = g * sigmoid(g): the CPU's expression (swiglu_forward,
+ * swiglu_rows and the rollout's fused swiglu_act share it). */
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf_cr(-x)); }
+__device__ __forceinline__ float swiglu1(float g, float u) { return g * sigmoid(g) * u; }
 
 /* Column sums acc[c] += sum_{n < N} f(n, c), deterministic and parallel over rows: chunks of
  * COLSUM_ROWS rows summed serially (one thread per chunk and column, coalesced over columns), then

@@ -44,12 +44,9 @@ __global__ void residual_bwd_k(float *da, float *db, const float *dout, int64_t 
     }
 }
 
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf_cr(-x)); }
-
 /* SwiGLU reads and writes 16-byte vectors (8 independent exps in flight per thread: the double
  * exp is the expensive part); the vector path needs every pointer 16-byte aligned, a tail of
  * n % 4 elements runs scalar. Each element's arithmetic is the CPU's. */
-__device__ __forceinline__ float swiglu1(float g, float u) { return g * sigmoid(g) * u; }
 __device__ __forceinline__ void swiglu_bwd1(float &dg, float &du, float d, float g, float u)
 {
     const float s = sigmoid(g), silu = g * s, dsilu = s * (1.0f + g * (1.0f - s));

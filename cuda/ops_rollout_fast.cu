@@ -230,28 +230,64 @@ __device__ __forceinline__ void store_bf16x4(uint16_t *o, const float y[4], int 
     for (int j = 0; j < valid; j++) o[j] = to_bf16<EXACT>(y[j]);
 }
 
-/* qpr: quads a row, whole blocks; vec: K % 4 == 0, x 16-byte and out 8-byte aligned */
-template <int FMT>
-__global__ void __launch_bounds__(ACT4_THREADS) act_qdq4_k(uint16_t *out, unsigned long long *counts, const float *x, int64_t N,
+/* act_qdq4_k's input, four elements k0 .. k0 + 3 of row n (zeros past `valid`; vec: 16-byte loads):
+ * ActRows reads x [N, K]; ActSwiglu computes swiglu_rows' values (K = inter) from the gate/up
+ * GEMM's output or halves (gu, lo, bias: backend/halves.h), each element with swiglu_rows_k's
+ * expression, so the fused swiglu_act sees the h swiglu_rows would write. */
+struct ActRows {
+    const float *x;
+    __device__ __forceinline__ void load(int64_t n, int64_t K, int64_t k0, int valid, int vec, float v[4]) const
+    {
+        const float *xr = x + n * K + k0;
+        if (vec && valid == 4) {
+            const float4 a = __ldg(reinterpret_cast<const float4 *>(xr));
+            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+            return;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) v[j] = j < valid ? xr[j] : 0.0f;
+    }
+};
+struct ActSwiglu {
+    const float *gu, *lo, *bias;
+    __device__ __forceinline__ void load(int64_t n, int64_t K, int64_t k0, int valid, int vec, float v[4]) const
+    {
+        const int64_t g = n * 2 * K + k0; /* gate's element; up's is K further */
+        if (vec && valid == 4) {
+            const float4 a = fp4rl_halves_at4(gu, lo, bias, g, k0), b = fp4rl_halves_at4(gu, lo, bias, g + K, K + k0);
+            v[0] = swiglu1(a.x, b.x), v[1] = swiglu1(a.y, b.y), v[2] = swiglu1(a.z, b.z), v[3] = swiglu1(a.w, b.w);
+            return;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            v[j] = j < valid ? swiglu1(fp4rl_halves_at(gu, lo, bias, g + j, k0 + j), fp4rl_halves_at(gu, lo, bias, g + K + j, K + k0 + j))
+                             : 0.0f;
+    }
+};
+
+/* FMT: FP4RL_QDQ_* or ACT4_BF16 (BF16 numerics: the values rounded, no quantization, no counts).
+ * qpr: quads a row, whole blocks; vec: K % 4 == 0, the input's 16-byte loads aligned, out 8-byte
+ * aligned. */
+constexpr int ACT4_BF16 = -1;
+template <int FMT, typename Src>
+__global__ void __launch_bounds__(ACT4_THREADS) act_qdq4_k(uint16_t *out, unsigned long long *counts, Src src, int64_t N,
                                                            int64_t K, int qpr, int truncation_free, int resq, int vec)
 {
-    constexpr bool EXACT = FMT != FP4RL_QDQ_MXFP8; /* HiF4's and MXFP4's values are BF16 values */
-    const int two = resq == FP4RL_RESQ_DENSE || resq == FP4RL_RESQ_2_4;
+    constexpr bool EXACT = FMT == FP4RL_QDQ_HIF4 || FMT == FP4RL_QDQ_MXFP4; /* their values are BF16 values */
+    const int two = FMT != ACT4_BF16 && (resq == FP4RL_RESQ_DENSE || resq == FP4RL_RESQ_2_4);
     const int t = (int)blockIdx.x * ACT4_THREADS + (int)threadIdx.x; /* every lane runs: shuffles */
     const int64_t k0 = 4 * (int64_t)t;
     const int valid = t < qpr && k0 < K ? (K - k0 < 4 ? (int)(K - k0) : 4) : 0;
     unsigned nz = 0, under = 0;
     for (int64_t n = blockIdx.y; n < N; n += gridDim.y) { /* CTA-uniform */
-        const float *xr = x + n * K + k0;
         float xv[4], y[4];
-        if (vec && valid == 4) {
-            const float4 a = __ldg(reinterpret_cast<const float4 *>(xr));
-            xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w;
-        } else {
+        src.load(n, K, k0, valid, vec, xv);
+        if constexpr (FMT == ACT4_BF16) {
 #pragma unroll
-            for (int j = 0; j < 4; j++) xv[j] = j < valid ? xr[j] : 0.0f;
+            for (int j = 0; j < 4; j++) y[j] = xv[j];
+        } else {
+            qdq4<FMT>(xv, y, truncation_free);
         }
-        qdq4<FMT>(xv, y, truncation_free);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             nz += xv[j] != 0.0f;
@@ -262,7 +298,7 @@ __global__ void __launch_bounds__(ACT4_THREADS) act_qdq4_k(uint16_t *out, unsign
             float r[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) r[j] = xv[j] - y[j];
-            qdq4<FMT>(r, r, truncation_free);
+            if constexpr (FMT != ACT4_BF16) qdq4<FMT>(r, r, truncation_free);
             if (resq == FP4RL_RESQ_2_4) fp4rl_mask_2_4_group(r, 4);
             if (valid) store_bf16x4<EXACT>(out + (N + n) * K + k0, r, valid, vec);
         }
@@ -284,8 +320,28 @@ __global__ void __launch_bounds__(ACT4_THREADS) act_qdq4_k(uint16_t *out, unsign
     }
 }
 
-/* Launch act_qdq4_k for a nearest-rounding activation (returns 0), or return 1 where it does not
- * apply (empty or huge shapes, FP4RL_ACT_QDQ4=0): the caller then runs act_qdq_k. */
+/* Launch act_qdq4_k on src for format fmt (FP4RL_QDQ_* or ACT4_BF16; returns 0), or return 1 where
+ * it does not apply (empty or huge shapes, another format). vec as act_qdq4_k's. */
+template <typename Src>
+int act4_launch(cudaStream_t s, uint16_t *out, unsigned long long *counts, Src src, int64_t N, int64_t K, int fmt,
+                int truncation_free, int resq, int vec)
+{
+    const int bs = fmt == ACT4_BF16 ? 4 : fp4rl_qdq_block_size(fmt);
+    const int64_t qpr = (K + bs - 1) / bs * (bs / 4);
+    if (N <= 0 || K <= 0 || qpr > (int64_t)1 << 30) return 1;
+    const dim3 grid((unsigned)((qpr + ACT4_THREADS - 1) / ACT4_THREADS), (unsigned)(N < 65535 ? N : 65535));
+#define ACT4(F) act_qdq4_k<F, Src><<<grid, ACT4_THREADS, 0, s>>>(out, counts, src, N, K, (int)qpr, truncation_free, resq, vec)
+    if (fmt == FP4RL_QDQ_HIF4) ACT4(FP4RL_QDQ_HIF4);
+    else if (fmt == FP4RL_QDQ_MXFP4) ACT4(FP4RL_QDQ_MXFP4);
+    else if (fmt == FP4RL_QDQ_MXFP8) ACT4(FP4RL_QDQ_MXFP8);
+    else if (fmt == ACT4_BF16) ACT4(ACT4_BF16);
+    else return 1;
+#undef ACT4
+    return 0;
+}
+
+/* act4_launch on x [N, K] for a nearest-rounding activation (returns 0), or 1 where it does not
+ * apply (see there, and FP4RL_ACT_QDQ4=0): the caller then runs act_qdq_k. */
 int act_qdq4_launch(cudaStream_t s, uint16_t *out, unsigned long long *counts, const float *x, int64_t N, int64_t K, int fmt,
                     int truncation_free, int resq)
 {
@@ -293,20 +349,9 @@ int act_qdq4_launch(cudaStream_t s, uint16_t *out, unsigned long long *counts, c
         const char *e = getenv("FP4RL_ACT_QDQ4"); /* on unless "0" (the HiF4 rollout ~4.5% faster, bench/RESULTS.md) */
         return e && e[0] == '0';
     }();
-    const int bs = fp4rl_qdq_block_size(fmt);
-    const int64_t qpr = (K + bs - 1) / bs * (bs / 4);
-    if (off || N <= 0 || K <= 0 || qpr > (int64_t)1 << 30) return 1;
+    if (off || fmt < 0) return 1;
     const int vec = K % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 8 == 0;
-    const dim3 grid((unsigned)((qpr + ACT4_THREADS - 1) / ACT4_THREADS), (unsigned)(N < 65535 ? N : 65535));
-    if (fmt == FP4RL_QDQ_HIF4)
-        act_qdq4_k<FP4RL_QDQ_HIF4><<<grid, ACT4_THREADS, 0, s>>>(out, counts, x, N, K, (int)qpr, truncation_free, resq, vec);
-    else if (fmt == FP4RL_QDQ_MXFP4)
-        act_qdq4_k<FP4RL_QDQ_MXFP4><<<grid, ACT4_THREADS, 0, s>>>(out, counts, x, N, K, (int)qpr, truncation_free, resq, vec);
-    else if (fmt == FP4RL_QDQ_MXFP8)
-        act_qdq4_k<FP4RL_QDQ_MXFP8><<<grid, ACT4_THREADS, 0, s>>>(out, counts, x, N, K, (int)qpr, truncation_free, resq, vec);
-    else
-        return 1;
-    return 0;
+    return act4_launch(s, out, counts, ActRows{x}, N, K, fmt, truncation_free, resq, vec);
 }
 
 /* ---- blocks down the columns (the training GEMMs' operands contracted along tokens) ----------
@@ -392,6 +437,20 @@ fp4rl_status fp4rl_cuda_rollout_act(fp4rl_context *ctx, uint16_t *out, unsigned 
     if (bs == 64) act_qdq_k<64><<<grid, 256, 0, s>>>(out, counts, x, N, K, fmt, truncation_free, resq, 0, 0, 0);
     else act_qdq_k<32><<<grid, 256, 0, s>>>(out, counts, x, N, K, fmt, truncation_free, resq, 0, 0, 0);
     return fp4rl_cuda_check_launch(ctx, "rollout_act");
+}
+
+fp4rl_status fp4rl_cuda_swiglu_act(fp4rl_context *ctx, uint16_t *out, unsigned long long *counts, const float *gu, const float *lo,
+                                  const float *bias, int64_t N, int64_t inter, int fmt, int truncation_free, int resq)
+{
+    cudaStream_t s;
+    fp4rl_status st = fp4rl_cuda_op_begin(ctx, &s);
+    if (st || N <= 0 || inter <= 0) return st;
+    /* the four-wide kernel whatever FP4RL_ACT_QDQ4 says: there is no one-wide swiglu_act */
+    const int vec = inter % 4 == 0 && (uintptr_t)gu % 16 == 0 && (uintptr_t)lo % 16 == 0 && (uintptr_t)out % 8 == 0;
+    if (act4_launch(s, out, fmt >= 0 ? counts : NULL, ActSwiglu{gu, lo, bias}, N, inter, fmt < 0 ? ACT4_BF16 : fmt, truncation_free,
+                    resq, vec))
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "swiglu_act: format %d or rows of %lld elements not supported", fmt, (long long)inter);
+    return fp4rl_cuda_check_launch(ctx, "swiglu_act");
 }
 
 fp4rl_status fp4rl_cuda_add_halves(fp4rl_context *ctx, float *y, const float *ys, const float *b, int64_t N, int64_t OUT)

@@ -542,7 +542,9 @@ static int dsame(const void *a, const void *b, size_t bytes)
  * the GPU's add_halves followed by the op on its output, bit for bit, and the CPU's op on the same
  * halves within the elementwise tolerance (v exactly): lo alone, lo and bias, bias alone (against
  * the op on x + bias), q/k/v rows of 1152 and 30 values, gate/up of I = 1000 (four a thread) and
- * 1001 (one), and a bias off 16-byte alignment (swiglu_rows' scalar form at I = 1000). */
+ * 1001 (one), and a bias off 16-byte alignment (swiglu_rows' scalar form at I = 1000); swiglu_act on
+ * the same halves equals rollout_act of swiglu_rows' output bit for bit (words and counts), BF16 and
+ * every round-trip format, ResQ off / dense / 2:4. */
 START_TEST(test_fused_ops_halves)
 {
     const int64_t N = 19, R = 23;
@@ -604,6 +606,24 @@ START_TEST(test_fused_ops_halves)
                           (long long)I, mode);
             OKG(C->swiglu_rows(cpu, h, ys, lo, bias, N, I));
             cmp("swiglu_rows halves", dh, h, N * I, 1e-6);
+            /* swiglu_act on the halves == rollout_act of swiglu_rows' h, words and counts, every format */
+            const int fmts[4] = {-1, FP4RL_QDQ_HIF4, FP4RL_QDQ_MXFP4, FP4RL_QDQ_MXFP8};
+            uint16_t *dw1 = NULL, *dw2 = NULL;
+            ck_assert_int_eq(gpu->be->alloc(gpu, (void **)&dw1, (size_t)(2 * N * I) * 2), FP4RL_OK);
+            ck_assert_int_eq(gpu->be->alloc(gpu, (void **)&dw2, (size_t)(2 * N * I) * 2), FP4RL_OK);
+            for (int f = 0; f < 4; f++)
+                for (int resq = FP4RL_RESQ_OFF; resq <= FP4RL_RESQ_2_4; resq++) {
+                    const int64_t words = N * I * (fmts[f] >= 0 && resq != FP4RL_RESQ_OFF ? 2 : 1);
+                    unsigned long long cc[2] = {5, 6}, *dc1 = up(cc, sizeof cc), *dc2 = up(cc, sizeof cc);
+                    OKG(G->swiglu_act(gpu, dw1, dc1, dys, dlo, dbias, N, I, fmts[f], f & 1, resq));
+                    OKG(G->rollout_act(gpu, dw2, dc2, dh, N, I, fmts[f], f & 1, resq));
+                    unsigned long long *c1 = down(dc1, sizeof cc), *c2 = down(dc2, sizeof cc);
+                    ck_assert_msg(dsame(dw1, dw2, (size_t)words * 2) && c1[0] == c2[0] && c1[1] == c2[1],
+                                  "swiglu_act (I %lld, mode %d, fmt %d, resq %d) differs from swiglu_rows + rollout_act", (long long)I, mode,
+                                  fmts[f], resq);
+                    free(c1), free(c2), dfree(dc1), dfree(dc2);
+                }
+            dfree(dw1), dfree(dw2);
             free(ys), free(b), free(x), free(h);
             dfree(dys), dfree(db), dfree(dx), dfree(dh), dfree(dh2);
         }

@@ -256,6 +256,12 @@ FP4RL_OP(fp4rl_status, nucleus_logprobs_backward, (fp4rl_context *ctx, float *dl
  * integer sums, exact and order-free. */
 FP4RL_OP(fp4rl_status, rollout_act, (fp4rl_context *ctx, uint16_t *out, unsigned long long *counts, const float *x,
          int64_t N, int64_t K, int fmt, int truncation_free, int resq))
+/* swiglu_rows followed by rollout_act of its output, in one pass: out and counts are what
+ * rollout_act(out, counts, h, N, inter, fmt, truncation_free, resq) gives for h = swiglu_rows(gu,
+ * lo, bias, N, inter), bit for bit, without h (the rollout's down_proj operand straight from the
+ * gate/up GEMM's output or halves). */
+FP4RL_OP(fp4rl_status, swiglu_act, (fp4rl_context *ctx, uint16_t *out, unsigned long long *counts, const float *gu,
+         const float *lo, const float *bias, int64_t N, int64_t inter, int fmt, int truncation_free, int resq))
 /* The W4A4 decode path of the fused linear (issue 16): rollout_act's quantization written as the
  * FP8 GEMM operand instead of BF16 words. fmt FP4RL_QDQ_HIF4 or _MXFP4 (anything else, and resq
  * other than OFF / DENSE / 2_4: FP4RL_ERR_UNSUPPORTED), nearest, 1D blocks along K; rows = N, or 2N

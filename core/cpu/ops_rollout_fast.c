@@ -5,6 +5,9 @@
  * linear_forward_w4, is here too: the reference of the CUDA d8 kernels (cuda/decode_fp8.h), bit for bit
  * (this file builds with -ffp-contract=off, so the promotion's three roundings stay three).
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/halves.h"
 #include "cpu/ops_cpu.h"
 #include "format/layout.h"
@@ -78,6 +81,32 @@ fp4rl_status fp4rl_cpu_add_halves(fp4rl_context *ctx, float *y, const float *ys,
     for (int64_t n = 0; n < N; n++)
         for (int64_t o = 0; o < OUT; o++) y[n * OUT + o] = fp4rl_halves_add(ys[n * OUT + o], b, o, ys[(N + n) * OUT + o]);
     return FP4RL_OK;
+}
+
+/* swiglu_rows into a row block's h, then rollout_act of it (the GPU fuses the two; the definition is
+ * this composition). Row blocks of at most 64 rows keep h small; rollout_act's ResQ rows go to
+ * out's second half, so each block writes its Q(h) rows and its residual rows where the whole call
+ * would. */
+fp4rl_status fp4rl_cpu_swiglu_act(fp4rl_context *ctx, uint16_t *out, unsigned long long *counts, const float *gu, const float *lo,
+                                  const float *bias, int64_t N, int64_t inter, int fmt, int truncation_free, int resq)
+{
+    const int two = fmt >= 0 && (resq == FP4RL_RESQ_DENSE || resq == FP4RL_RESQ_2_4);
+    const int64_t RB = 64;
+    float *h = malloc((size_t)(N < RB ? N : RB) * (size_t)inter * sizeof(float) + 1);
+    uint16_t *ob = two ? malloc((size_t)(2 * (N < RB ? N : RB)) * (size_t)inter * sizeof(uint16_t) + 1) : NULL;
+    fp4rl_status st = !h || (two && !ob) ? fp4rl_fail(FP4RL_ERR_OUT_OF_MEMORY, "swiglu_act: out of host memory") : FP4RL_OK;
+    for (int64_t n0 = 0; !st && n0 < N; n0 += RB) {
+        const int64_t nb = N - n0 < RB ? N - n0 : RB, g = n0 * 2 * inter;
+        st = fp4rl_cpu_swiglu_rows(ctx, h, gu + g, lo ? lo + g : NULL, bias, nb, inter);
+        if (!st) st = fp4rl_cpu_rollout_act(ctx, two ? ob : out + n0 * inter, counts, h, nb, inter, fmt, truncation_free, resq);
+        if (!st && two) { /* the block's [2 nb, inter] to rows n0 .. and N + n0 .. of out */
+            memcpy(out + n0 * inter, ob, (size_t)(nb * inter) * sizeof(uint16_t));
+            memcpy(out + (N + n0) * inter, ob + nb * inter, (size_t)(nb * inter) * sizeof(uint16_t));
+        }
+    }
+    free(h);
+    free(ob);
+    return st;
 }
 
 /* rollout_act row by row and unit by unit through fp4rl_qdq_block_e4m3 (the same element steps as

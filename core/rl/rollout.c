@@ -90,12 +90,15 @@ typedef struct fast_plan {
     /* ResQ: q/k/v's and gate/up's consumers read the GEMM's two halves (fast_gemm_halves) instead
      * of add_halves' sum. On unless FP4RL_RESQ_HALVES=0 (the HiF4 + ResQ rollout ~3.5% faster on an H100). */
     int halves_direct;
+    /* The down projection's operand straight from gate/up's GEMM output (swiglu_act: SwiGLU and the
+     * quantizer in one pass, no [N, I] FP32 h). On unless FP4RL_SWIGLU_ACT=0. */
+    int swiglu_act;
 } fast_plan;
 
 static fast_plan plan_fast(fp4rl_model *m, const fp4rl_linear_spec *s, int resq)
 {
-    const char *hv = getenv("FP4RL_RESQ_HALVES");
-    fast_plan f = {0, -1, 0, FP4RL_RESQ_OFF, 0, !(hv && hv[0] == '0')};
+    const char *hv = getenv("FP4RL_RESQ_HALVES"), *sa = getenv("FP4RL_SWIGLU_ACT");
+    fast_plan f = {0, -1, 0, FP4RL_RESQ_OFF, 0, !(hv && hv[0] == '0'), !(sa && sa[0] == '0')};
     if (m->rollout_generic || !m->ops->rollout_act || !m->ops->linear_forward_bf16 || !m->ops->pack_bf16) return f;
     if (!fp4rl_linear_bf16_exact(s, FP4RL_ROLE_WEIGHT) || !fp4rl_linear_bf16_exact(s, FP4RL_ROLE_ACTIVATION)) return f;
     if (s->mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUMERICS_FP4) { /* MXFP4 or HiF4: a qdq_block.h format */
@@ -134,21 +137,24 @@ typedef struct fast_opnd {
 
 static const void *opnd_buf(const fast_opnd *o) { return o->a8 ? (const void *)o->a8 : (const void *)o->xb; }
 
+/* Whether a fused linear over N rows takes the W4A4 operand (decode steps: few enough rows). */
+static int fast_w4(const fast_plan *f, int64_t N) { return f->w4 && fast_halves(f) * N <= FP4RL_W4_MAX_ROWS; }
+
 /* The fused activation operand of x [N, K] (fast_halves(f) * N rows): the W4A4 one where f->w4 and
  * the rows are few enough (decode steps), else BF16; both pointers NULL on failure (a->st). */
 static fast_opnd fast_act(fp4rl_model *m, fp4rl_arena *a, const fast_plan *f, const float *x, int64_t N, int64_t K,
                           unsigned long long *counts)
 {
     fast_opnd o = {NULL, NULL, NULL};
-    const int64_t rows = fast_halves(f) * N;
-    if (f->w4 && rows <= FP4RL_W4_MAX_ROWS) {
+    if (fast_w4(f, N)) {
+        const int64_t rows = fast_halves(f) * N;
         const int64_t U = fp4rl_qdq_block_size(f->fmt), Kp = (K + U - 1) / U * U, bytes = (rows * Kp + 15) / 16 * 16;
         uint8_t *p = fp4rl_arena_alloc(a, bytes + (Kp / U) * FP4RL_FP8_SCALE_LD(rows) * (int64_t)sizeof(float), 1);
         if (p) a->st = m->ops->rollout_act8(m->ctx, p, (float *)(p + bytes), counts, x, N, K, f->fmt, f->tf, f->resq);
         if (!a->st) o.a8 = p, o.sa = (const float *)(p + bytes);
         return o;
     }
-    uint16_t *xb = fp4rl_arena_alloc(a, rows * K, sizeof(uint16_t));
+    uint16_t *xb = fp4rl_arena_alloc(a, fast_halves(f) * N * K, sizeof(uint16_t));
     if (xb) a->st = m->ops->rollout_act(m->ctx, xb, f->fmt >= 0 ? counts : NULL, x, N, K, f->fmt, f->tf, f->resq);
     if (!a->st) o.xb = xb;
     return o;
@@ -525,6 +531,7 @@ typedef struct rollout_impl {
     float *qkv, *gu;            /* the fused groups' GEMM outputs [N, QD + 2 KD], [N, 2I] (NULL with ResQ: ys) */
     float *ys;                  /* ResQ: a fused GEMM's 2N rows (fast_gemm), or NULL */
     int keep;                   /* a decode step: its activation operands live to its end (act_done) */
+    fast_opnd down;             /* down_proj's operand from swiglu_act (rollout_block_gate_up), until its linear takes it */
 } rollout_impl;
 
 static fp4rl_status rollout_block_linear(void *user, int64_t l, int which, float *y, float *x, int64_t IN, int64_t OUT,
@@ -536,7 +543,14 @@ static fp4rl_status rollout_block_linear(void *user, int64_t l, int which, float
     const int qk = which <= FP4RL_LIN_K;
     const fast_plan *f = qk ? &e->f_qk : &e->f_blk;
     /* (q/k/v with one operand and gate/up on the fused path come through rollout_block_qkv and
-     * _gate_up: each linear here has an operand of its own) */
+     * _gate_up: each linear here has an operand of its own, down_proj's perhaps made already) */
+    if (which == FP4RL_LIN_DOWN && r->down.xb) {
+        const fast_opnd xo = r->down;
+        r->down.xb = NULL;
+        const fp4rl_status st = fast_gemm(e->m, f, y, r->ys, &xo, e->wb[i], e->wt[i], bias, r->N, IN, OUT);
+        act_done(r->step, r->keep, &xo);
+        return st;
+    }
     if (f->on)
         return fast_linear(e->m, r->step, f, y, r->ys, x, e->wb[i], e->wt[i], bias, r->N, IN, OUT, e->counts64 + i * 2, r->keep);
     return fp4rl_rollout_linear(e->m, r->step, qk ? &e->s_qk : &e->s_blk, e->resq, y, x, e->wq[i], bias, r->N, IN, OUT,
@@ -564,7 +578,8 @@ static fp4rl_status rollout_block_qkv(void *user, int64_t l, float *q, float *k,
 }
 
 /* gate/up as one GEMM on the shared activation operand of ln2 (counted at gate's), then SwiGLU of
- * its two halves (f_blk.on). */
+ * its two halves (f_blk.on): into h, or (swiglu_act, unless down_proj takes the W4A4 path) straight
+ * into down_proj's operand, which rollout_block_linear then uses (h is not written). */
 static fp4rl_status rollout_block_gate_up(void *user, int64_t l, float *h, float *ln2)
 {
     rollout_impl *r = user;
@@ -574,9 +589,17 @@ static fp4rl_status rollout_block_gate_up(void *user, int64_t l, float *h, float
     const fast_opnd xs = fast_act(m, r->step, &e->f_blk, ln2, r->N, C, e->counts64 + i * 2);
     if (!opnd_buf(&xs)) return r->step->st;
     fast_out y;
-    fp4rl_status st = fast_gemm_halves(m, &e->f_blk, &y, r->gu, r->ys, &xs, e->wb[i], e->wt[i], NULL, r->N, C, 2 * I);
+    const fast_plan *f = &e->f_blk;
+    fp4rl_status st = fast_gemm_halves(m, f, &y, r->gu, r->ys, &xs, e->wb[i], e->wt[i], NULL, r->N, C, 2 * I);
     act_done(r->step, r->keep, &xs);
-    return st ? st : m->ops->swiglu_rows(m->ctx, h, y.x, y.lo, y.bias, r->N, I);
+    if (st) return st;
+    if (!f->swiglu_act || fast_w4(f, r->N)) return m->ops->swiglu_rows(m->ctx, h, y.x, y.lo, y.bias, r->N, I);
+    const int64_t d = l * FP4RL_LIN_COUNT + FP4RL_LIN_DOWN;
+    uint16_t *xb = fp4rl_arena_alloc(r->step, fast_halves(f) * r->N * I, sizeof(uint16_t));
+    if (!xb) return r->step->st;
+    st = m->ops->swiglu_act(m->ctx, xb, f->fmt >= 0 ? e->counts64 + d * 2 : NULL, y.x, y.lo, y.bias, r->N, I, f->fmt, f->tf, f->resq);
+    if (!st) r->down = (fast_opnd){xb, NULL, NULL};
+    return st;
 }
 
 static fp4rl_status rollout_block_attention(void *user, int64_t l, float *att, float *q, float *k, float *v)
