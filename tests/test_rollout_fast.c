@@ -210,6 +210,40 @@ START_TEST(test_act_bf16_and_pack)
 }
 END_TEST
 
+/* swiglu_act (SwiGLU of gate/up's output, then the operand, no h) equals swiglu_rows followed by
+ * rollout_act over the whole batch, words and counts: 130 rows (the CPU op works in blocks of 64
+ * rows, so ResQ's residual rows must land at N + n across blocks), I even and odd, the halves with
+ * and without lo and bias, BF16 and every round-trip format, ResQ off / dense / 2:4. */
+START_TEST(test_swiglu_act_composes)
+{
+    const int64_t N = 130;
+    const int fmts[4] = {-1, FP4RL_QDQ_HIF4, FP4RL_QDQ_MXFP4, FP4RL_QDQ_MXFP8};
+    for (int64_t I = 44; I <= 45; I++) {
+        float *gu = activations(N, 2 * I), *lo = activations(N, 2 * I), *b = activations(1, 2 * I), *h = malloc((size_t)(N * I) * 4);
+        for (int64_t i = 0; i < N * 2 * I; i++) lo[i] *= 0.01f;
+        uint16_t *got = malloc((size_t)(2 * N * I) * 2), *want = malloc((size_t)(2 * N * I) * 2);
+        for (int halves = 0; halves < 2; halves++) {
+            const float *l = halves ? lo : NULL, *bias = halves ? b : NULL;
+            OK(fp4rl_cpu_ops.swiglu_rows(ctx, h, gu, l, bias, N, I));
+            for (int f = 0; f < 4; f++)
+                for (int resq = FP4RL_RESQ_OFF; resq <= FP4RL_RESQ_2_4; resq++) {
+                    const int64_t words = N * I * (fmts[f] >= 0 && resq != FP4RL_RESQ_OFF ? 2 : 1);
+                    unsigned long long cg[2] = {1, 2}, cw[2] = {1, 2};
+                    memset(got, 0xAB, (size_t)(2 * N * I) * 2);
+                    OK(fp4rl_cpu_ops.swiglu_act(ctx, got, cg, gu, l, bias, N, I, fmts[f], f & 1, resq));
+                    OK(fp4rl_cpu_ops.rollout_act(ctx, want, cw, h, N, I, fmts[f], f & 1, resq));
+                    ck_assert_msg(!memcmp(got, want, (size_t)words * 2), "swiglu_act I %lld halves %d fmt %d resq %d", (long long)I, halves,
+                                  fmts[f], resq);
+                    ck_assert(cg[0] == cw[0] && cg[1] == cw[1]);
+                    if (fmts[f] >= 0) ck_assert(cg[0] > 1); /* counted */
+                    if (words < 2 * N * I) ck_assert_uint_eq(got[words], 0xABABu); /* nothing past the operand */
+                }
+        }
+        free(gu), free(lo), free(b), free(h), free(got), free(want);
+    }
+}
+END_TEST
+
 START_TEST(test_linear_bf16)
 {
     const int64_t N = 5, IN = 70, OUT = 9;
@@ -613,6 +647,7 @@ int main(void)
     tcase_add_test(tc, test_act_matches_generic);
     tcase_add_test(tc, test_qdq_bf16_matches_generic);
     tcase_add_test(tc, test_act_bf16_and_pack);
+    tcase_add_test(tc, test_swiglu_act_composes);
     tcase_add_test(tc, test_linear_bf16);
     tcase_add_test(tc, test_fused_block_ops);
     tcase_add_test(tc, test_fused_ops_halves);
