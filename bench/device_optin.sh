@@ -6,8 +6,8 @@
 # 1. test_decode_fp8 (quick), test_ops_parity, test_rollout_graphs with every switch on (the tests set
 #    them too); 2. the quick d8 test under compute-sanitizer memcheck (mma.sync, wgmma and persistent kernels); 3. fp4rl_bench d8 (the W4A4
 #    decode GEMM against cuBLASLt BF16) and attn (split-keys attention, FP4RL_ATTN_SPLIT=1 vs 0);
-# 4. the 3B HiF4 W4A4 + ResQ 2:4 rollout (16 x 8 of 128 + 256) with each switch off in turn against
-#    all on, and the 3B BF16 rollout with the attention split on and off. Logs in one $OUT/logs.tgz.
+# 4. the 3B HiF4 and BF16 rollouts with FP4RL_SWIGLU_ACT on and off (the defaults otherwise), the 3B
+#    HiF4 W4A4 + ResQ 2:4 rollout (16 x 8 of 128 + 256) with each switch off in turn against all on, and the 3B BF16 rollout with the attention split on and off. Logs in one $OUT/logs.tgz.
 # Usage: bash bench/device_optin.sh [pkg=.devrun-b] [budget=280]  (seconds the steps may take in all)
 set -uo pipefail
 pkg=.devrun-b budget=280
@@ -23,7 +23,7 @@ L=/tmp/logs; mkdir -p "$FINAL" $L /tmp/optin && tar xJf "$pkg/pkg.tar.xz" -C /tm
 bin=/tmp/optin/pkg/bin
 lt=$(dirname "$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=/tmp/optin/pkg/lib:$lt OPENBLAS_NUM_THREADS=1 FP4RL_FIXTURES=$PWD/tests/fixtures FP4RL_D8_QUICK=1
-ON="FP4RL_ATTN_SPLIT=1 FP4RL_ACT_QDQ4=1 FP4RL_RESQ_HALVES=1 FP4RL_ROLLOUT_W4=1 FP4RL_D8_WGMMA=1"
+ON="FP4RL_ATTN_SPLIT=1 FP4RL_ACT_QDQ4=1 FP4RL_RESQ_HALVES=1 FP4RL_ROLLOUT_W4=1 FP4RL_D8_WGMMA=1 FP4RL_SWIGLU_ACT=1"
 left() { echo $((budget - SECONDS > 5 ? budget - SECONDS : 5)); }
 nvidia-smi --query-gpu=name --format=csv,noheader
 for t in test_decode_fp8:40 test_ops_parity:60 test_rollout_graphs:90 test_rollout_fast:90; do
@@ -52,6 +52,10 @@ roll() { # numerics, then env settings; one line of tokens/s
     --prompt-len 128 --new-tokens 256 --steps 2 > $L/r.json 2>&1
   python3 -c "import json,sys; r=json.load(open('$L/r.json')); print('3b $num $*: %.0f tok/s, %.2f ms a position' % (r['rollout_tok_s'], 1e3 * r['rollout_s'] / 256) if r.get('ok') else r)" 2>&1 | tail -1
 }
+roll hif4 FP4RL_SWIGLU_ACT=1
+roll hif4 FP4RL_SWIGLU_ACT=0
+roll bf16 FP4RL_SWIGLU_ACT=1
+roll bf16 FP4RL_SWIGLU_ACT=0
 roll hif4 $ON
 roll hif4 ${ON/FP4RL_ROLLOUT_W4=1/FP4RL_ROLLOUT_W4=0}
 roll hif4 ${ON/FP4RL_D8_WGMMA=1/FP4RL_D8_WGMMA=0}

@@ -547,26 +547,44 @@ static const char *SMALL64 =
 /* The same rollout with FP4RL_ROLLOUT_W4=1 (every forward here has at most 2 x 9 operand rows, so
  * prefill too runs the W4A4 GEMMs) and =0 (the BF16 fused path): the prefill's samples, the first
  * token of each completion, are the same tokens with log mu within summation-order noise. */
-static void w4_pair(fp4rl_dtype fmt, fp4rl_resq resq, int tile)
+/* The SMALL64 model (seed) under a policy of weight and activation format fmt, rollout numerics,
+ * ResQ and weight tile (*pp: the policy, for the caller to destroy). */
+static fp4rl_model *small64_model(fp4rl_quant_policy **pp, fp4rl_dtype fmt, fp4rl_numerics numerics, fp4rl_resq resq, int tile,
+                                  uint64_t seed)
 {
     fp4rl_quant_policy *p;
     OK(fp4rl_quant_policy_create(&p));
     OK(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_WEIGHT, fmt));
     OK(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_ACTIVATION, fmt));
     OK(fp4rl_quant_policy_set(p, FP4RL_QP_TILE_WEIGHT, tile));
-    OK(fp4rl_quant_policy_set(p, FP4RL_QP_ROLLOUT_NUMERICS, FP4RL_NUMERICS_W4A4));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_ROLLOUT_NUMERICS, numerics));
     OK(fp4rl_quant_policy_set(p, FP4RL_QP_RESQ, resq));
     fp4rl_model *m;
-    OK(fp4rl_model_create(&m, ctx, SMALL64, p, 3));
+    OK(fp4rl_model_create(&m, ctx, SMALL64, p, seed));
+    *pp = p;
+    return m;
+}
+
+/* The rollout of the 2 prompts (CSR off) with the switch `env` set to 1 (*on) and to 0 (*off). */
+static void switch_pair(const char *env, fp4rl_model *m, const fp4rl_rollout_cfg *cfg, const int32_t *prompts, const size_t *off,
+                        fp4rl_rollout_result *on, fp4rl_rollout_result *offr)
+{
+    setenv(env, "1", 1);
+    OK(fp4rl_rollout_run(m, cfg, prompts, off, 2, on));
+    setenv(env, "0", 1);
+    OK(fp4rl_rollout_run(m, cfg, prompts, off, 2, offr));
+    unsetenv(env);
+}
+
+static void w4_pair(fp4rl_dtype fmt, fp4rl_resq resq, int tile)
+{
+    fp4rl_quant_policy *p;
+    fp4rl_model *m = small64_model(&p, fmt, FP4RL_NUMERICS_W4A4, resq, tile, 3);
     const int32_t prompts[9] = {13, 4, 10, 7, 11, 13, 9, 9, 10};
     const size_t off[3] = {0, 5, 9};
     fp4rl_rollout_cfg cfg = {.group = 4, .max_new = 4, .temperature = 1.0f, .seed = 11};
     fp4rl_rollout_result r4, rb;
-    setenv("FP4RL_ROLLOUT_W4", "1", 1);
-    OK(fp4rl_rollout_run(m, &cfg, prompts, off, 2, &r4));
-    setenv("FP4RL_ROLLOUT_W4", "0", 1);
-    OK(fp4rl_rollout_run(m, &cfg, prompts, off, 2, &rb));
-    unsetenv("FP4RL_ROLLOUT_W4");
+    switch_pair("FP4RL_ROLLOUT_W4", m, &cfg, prompts, off, &r4, &rb);
     double lp = 0;
     for (int64_t i = 0; i < r4.n_seqs; i++) {
         ck_assert_int_eq(r4.tokens[i * 4], rb.tokens[i * 4]);
@@ -590,6 +608,40 @@ START_TEST(test_rollout_w4_equals_fused)
     w4_pair(FP4RL_DTYPE_HIF4, FP4RL_RESQ_OFF, 64);
     w4_pair(FP4RL_DTYPE_MXFP4, FP4RL_RESQ_DENSE, 0);
     w4_pair(FP4RL_DTYPE_MXFP4, FP4RL_RESQ_OFF, 32);
+}
+END_TEST
+
+/* The rollout with FP4RL_SWIGLU_ACT=1 (down_proj's operand from swiglu_act) and =0 (swiglu_rows, then
+ * rollout_act): the same tokens and log mu, bit for bit, BF16 and HiF4 / MXFP4 with ResQ off, dense
+ * and 2:4 (test_swiglu_act_composes covers more rows than one of the CPU op's 64-row blocks). */
+static void swiglu_act_pair(fp4rl_dtype fmt, fp4rl_numerics numerics, fp4rl_resq resq)
+{
+    fp4rl_quant_policy *p;
+    fp4rl_model *m = small64_model(&p, fmt, numerics, resq, 0, 5);
+    int32_t prompts[40];
+    for (int i = 0; i < 40; i++) prompts[i] = (int32_t)((i * 7 + 3) % 16);
+    const size_t off[3] = {0, 25, 40};
+    fp4rl_rollout_cfg cfg = {.group = 4, .max_new = 6, .temperature = 1.0f, .seed = 12};
+    fp4rl_rollout_result ra, rb;
+    switch_pair("FP4RL_SWIGLU_ACT", m, &cfg, prompts, off, &ra, &rb);
+    ck_assert_int_eq(ra.n_seqs, rb.n_seqs);
+    ck_assert(ra.fused_linears > 0 && ra.fused_linears == rb.fused_linears);
+    ck_assert(ra.act_zero_frac == rb.act_zero_frac);
+    for (int64_t i = 0; i < ra.n_seqs; i++) ck_assert_int_eq(ra.lengths[i], rb.lengths[i]);
+    ck_assert(!memcmp(ra.tokens, rb.tokens, (size_t)(ra.n_seqs * cfg.max_new) * sizeof(int32_t)));
+    ck_assert(!memcmp(ra.logprobs, rb.logprobs, (size_t)(ra.n_seqs * cfg.max_new) * sizeof(float)));
+    fp4rl_rollout_result_free(&ra);
+    fp4rl_rollout_result_free(&rb);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+
+START_TEST(test_rollout_swiglu_act_equals_unfused)
+{
+    swiglu_act_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_BF16, FP4RL_RESQ_OFF);
+    swiglu_act_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_2_4);
+    swiglu_act_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_OFF);
+    swiglu_act_pair(FP4RL_DTYPE_MXFP4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_DENSE);
 }
 END_TEST
 
@@ -656,6 +708,7 @@ int main(void)
     tcase_add_test(tc, test_act8_matches_act);
     tcase_add_test(tc, test_linear_w4);
     tcase_add_test(tc, test_rollout_w4_equals_fused);
+    tcase_add_test(tc, test_rollout_swiglu_act_equals_unfused);
     suite_add_tcase(su, tc);
     return fp4rl_check_run(su);
 }

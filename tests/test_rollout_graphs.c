@@ -183,6 +183,21 @@ END_TEST
 START_TEST(test_engine_bf16_d64) { engine_case(CFG64, FP4RL_PRESET_DEFAULT, FP4RL_NUMERICS_BF16); }
 END_TEST
 
+/* The opt-in swiglu_act (down_proj's operand straight from gate/up's output) on the BF16 fused
+ * path, W4 off so that the decode steps take it too: graph == eager, GPU vs CPU. */
+static void swiglu_act_case(fp4rl_preset preset, fp4rl_numerics rollout)
+{
+    setenv("FP4RL_ROLLOUT_W4", "0", 1);
+    setenv("FP4RL_SWIGLU_ACT", "1", 1);
+    engine_case(CFG, preset, rollout);
+    unsetenv("FP4RL_SWIGLU_ACT");
+    setenv("FP4RL_ROLLOUT_W4", "1", 1);
+}
+START_TEST(test_engine_swiglu_act_bf16) { swiglu_act_case(FP4RL_PRESET_DEFAULT, FP4RL_NUMERICS_BF16); }
+END_TEST
+START_TEST(test_engine_swiglu_act_hif4) { swiglu_act_case(FP4RL_PRESET_HIF4_RL, FP4RL_NUMERICS_W4A4); }
+END_TEST
+
 int main(void)
 {
     if (fp4rl_gpu_or_skip("test_rollout_graphs")) return 77;
@@ -198,6 +213,8 @@ int main(void)
     tcase_add_test(tc, test_engine_bf16_d64);
     tcase_add_test(tc, test_engine_w4);
     tcase_add_test(tc, test_engine_w4_resq);
+    tcase_add_test(tc, test_engine_swiglu_act_bf16);
+    tcase_add_test(tc, test_engine_swiglu_act_hif4);
     suite_add_tcase(su, tc);
     const int rc = fp4rl_check_run_nofork(su);
     free(prompts);
