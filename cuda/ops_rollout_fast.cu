@@ -288,10 +288,12 @@ __global__ void __launch_bounds__(ACT4_THREADS) act_qdq4_k(uint16_t *out, unsign
         } else {
             qdq4<FMT>(xv, y, truncation_free);
         }
+        if constexpr (FMT != ACT4_BF16) { /* BF16 numerics count nothing */
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            nz += xv[j] != 0.0f;
-            under += xv[j] != 0.0f && y[j] == 0.0f;
+            for (int j = 0; j < 4; j++) {
+                nz += xv[j] != 0.0f;
+                under += xv[j] != 0.0f && y[j] == 0.0f;
+            }
         }
         if (valid) store_bf16x4<EXACT>(out + n * K + k0, y, valid, vec);
         if (two) {
