@@ -10,6 +10,7 @@
 
 #include "backend/halves.h"
 #include "decode_fp8.h"
+#include "decode_w4b.h"
 #include "format/formats.h"
 #include "format/layout.h"
 #include "format/qdq_block.h"
@@ -538,4 +539,26 @@ fp4rl_status fp4rl_cuda_linear_forward_w4(fp4rl_context *ctx, float *y, const ui
     if ((st = fp4rl_cuda_op_begin(ctx, &s))) return st;
     add_bias_k<<<ew_grid(N * OUT), 256, 0, s>>>(y, b, N, OUT);
     return fp4rl_cuda_check_launch(ctx, "linear_forward_w4 (bias)");
+}
+
+/* ---- the packed-weight GEMM with BF16 activations (decode_w4b.h) ---- */
+fp4rl_status fp4rl_cuda_linear_w4b_ok(fp4rl_context *ctx, const fp4rl_tensor *w)
+{
+    fp4rl_status st = fp4rl_cpu_ops.linear_w4b_ok(ctx, w); /* the format rules: one owner, the CPU op */
+    if (st) return st;
+    if (!fp4rl_cuda_w4b_ok(ctx, w))
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "linear_forward_w4b: needs a compute capability 9.0 device, a build with sm_90a code "
+                                                 "and an aligned weight");
+    return FP4RL_OK;
+}
+
+fp4rl_status fp4rl_cuda_linear_forward_w4b(fp4rl_context *ctx, float *y, const uint16_t *x, const fp4rl_tensor *w, const float *b, int64_t N,
+                                           int64_t K, int64_t OUT)
+{
+    fp4rl_status st = fp4rl_cuda_linear_w4b_ok(ctx, w);
+    if (st) return st;
+    if (w->q.rows != OUT || w->q.cols != K)
+        return fp4rl_fail(FP4RL_ERR_SHAPE, "linear_forward_w4b: the weight is [%lld, %lld], the layer [%lld, %lld]", (long long)w->q.rows,
+                          (long long)w->q.cols, (long long)OUT, (long long)K);
+    return fp4rl_cuda_w4b_gemm(ctx, y, OUT, x, N, w, b, 0);
 }

@@ -383,6 +383,48 @@ START_TEST(test_linear_w4)
 }
 END_TEST
 
+/* linear_forward_w4b (the BF16 operand times the packed weight): bit for bit linear_forward_bf16
+ * over pack_bf16 of the dequantized weight, with and without bias, HiF4 1D / 64 x 64 and MXFP4 1D /
+ * 32 x 32; linear_w4b_ok and the op refuse NVFP4, K not a multiple of 64 and
+ * another shape. */
+START_TEST(test_linear_w4b)
+{
+    const int64_t N = 9, K = 192, OUT = 70;
+    const fp4rl_dtype fmts[4] = {FP4RL_DTYPE_HIF4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_MXFP4};
+    const int tiles[4] = {0, 64, 0, 32};
+    for (int c = 0; c < 4; c++) {
+        float *x = activations(N, K), *w = activations(OUT, K), *wd = malloc((size_t)(OUT * K) * 4);
+        fp4rl_tensor *q = quant_w(w, OUT, K, fmts[c], tiles[c], wd);
+        float b[70], *y = malloc((size_t)(N * OUT) * 4), *yref = malloc((size_t)(N * OUT) * 4);
+        for (int i = 0; i < OUT; i++) b[i] = 0.25f * (float)i - 3.0f;
+        uint16_t *xb = malloc((size_t)(N * K) * 2), *wb = malloc((size_t)(OUT * K) * 2);
+        OK(fp4rl_cpu_ops.pack_bf16(ctx, xb, K, x, N, K));
+        OK(fp4rl_cpu_ops.pack_bf16(ctx, wb, K, wd, OUT, K));
+        OK(fp4rl_cpu_ops.linear_w4b_ok(ctx, q));
+        for (int with_b = 0; with_b < 2; with_b++) {
+            OK(fp4rl_cpu_ops.linear_forward_w4b(ctx, y, xb, q, with_b ? b : NULL, N, K, OUT));
+            OK(fp4rl_cpu_ops.linear_forward_bf16(ctx, yref, xb, wb, with_b ? b : NULL, N, K, OUT));
+            ck_assert_msg(!memcmp(y, yref, (size_t)(N * OUT) * 4), "linear_forward_w4b %s tile %d bias %d: differs from the BF16 GEMM",
+                          fp4rl_dtype_name(fmts[c]), tiles[c], with_b);
+        }
+        ck_assert_int_eq(fp4rl_cpu_ops.linear_forward_w4b(ctx, y, xb, q, NULL, N, K, OUT - 1), FP4RL_ERR_SHAPE);
+        fp4rl_tensor_destroy(q);
+        free(x), free(w), free(wd), free(y), free(yref), free(xb), free(wb);
+    }
+    float w[2 * 96], wd[2 * 96];
+    for (int i = 0; i < 192; i++) w[i] = (float)(i % 9) - 4.0f;
+    fp4rl_tensor *q = quant_w(w, 2, 96, FP4RL_DTYPE_MXFP4, 0, wd); /* K = 96: not a multiple of 64 */
+    ck_assert_int_eq(fp4rl_cpu_ops.linear_w4b_ok(ctx, q), FP4RL_ERR_UNSUPPORTED);
+    fp4rl_tensor_destroy(q);
+    q = quant_w(w, 2, 64, FP4RL_DTYPE_NVFP4, 0, wd);
+    ck_assert_int_eq(fp4rl_cpu_ops.linear_w4b_ok(ctx, q), FP4RL_ERR_UNSUPPORTED);
+    uint16_t xb[64] = {0};
+    float y[2];
+    ck_assert_int_eq(fp4rl_cpu_ops.linear_forward_w4b(ctx, y, xb, q, NULL, 1, 64, 2), FP4RL_ERR_UNSUPPORTED);
+    fp4rl_tensor_destroy(q);
+}
+END_TEST
+
 /* ---- whole rollouts, fused vs generic ---- */
 static const char *SMALL =
     "{\"model_type\": \"qwen2\", \"vocab_size\": 16, \"hidden_size\": 96, \"intermediate_size\": 160,"
@@ -611,6 +653,46 @@ START_TEST(test_rollout_w4_equals_fused)
 }
 END_TEST
 
+/* The rollout with FP4RL_ROLLOUT_W4B=1 (decode GEMMs of at most 1024 rows, here every forward's, on
+ * the packed weights) and =0: on the CPU linear_forward_w4b is the BF16 GEMM over the same BF16
+ * weight words, so the tokens and log mu are the same bit for bit; weights HiF4 / MXFP4 (1D and
+ * tiles) with FP4 or BF16 activations, ResQ off / dense / 2:4; swiglu_act on with 2:4 too. */
+static void w4b_pair(fp4rl_dtype fmt, fp4rl_numerics numerics, fp4rl_resq resq, int tile)
+{
+    fp4rl_quant_policy *p;
+    fp4rl_model *m = small64_model(&p, fmt, numerics, resq, tile, 7);
+    int32_t prompts[40];
+    for (int i = 0; i < 40; i++) prompts[i] = (int32_t)((i * 5 + 1) % 16);
+    const size_t off[3] = {0, 21, 40};
+    fp4rl_rollout_cfg cfg = {.group = 3, .max_new = 5, .temperature = 1.0f, .seed = 13};
+    fp4rl_rollout_result ra, rb;
+    switch_pair("FP4RL_ROLLOUT_W4B", m, &cfg, prompts, off, &ra, &rb);
+    printf("rollout %s numerics %d resq %d tile %d: W4B linears %lld of %lld\n", fp4rl_dtype_name(fmt), (int)numerics, (int)resq, tile,
+           (long long)ra.w4b_linears, (long long)ra.fused_linears);
+    ck_assert_int_eq(ra.w4b_linears, 2 * 7);
+    ck_assert_int_eq(rb.w4b_linears, 0);
+    ck_assert_int_eq(ra.n_seqs, rb.n_seqs);
+    ck_assert(ra.act_zero_frac == rb.act_zero_frac);
+    ck_assert(!memcmp(ra.tokens, rb.tokens, (size_t)(ra.n_seqs * cfg.max_new) * sizeof(int32_t)));
+    ck_assert(!memcmp(ra.logprobs, rb.logprobs, (size_t)(ra.n_seqs * cfg.max_new) * sizeof(float)));
+    fp4rl_rollout_result_free(&ra);
+    fp4rl_rollout_result_free(&rb);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+
+START_TEST(test_rollout_w4b_equals_fused)
+{
+    w4b_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_2_4, 0);
+    w4b_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A16, FP4RL_RESQ_OFF, 64);
+    w4b_pair(FP4RL_DTYPE_MXFP4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_DENSE, 0);
+    w4b_pair(FP4RL_DTYPE_MXFP4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_OFF, 32);
+    setenv("FP4RL_SWIGLU_ACT", "1", 1);
+    w4b_pair(FP4RL_DTYPE_HIF4, FP4RL_NUMERICS_W4A4, FP4RL_RESQ_2_4, 0);
+    unsetenv("FP4RL_SWIGLU_ACT");
+}
+END_TEST
+
 /* The rollout with FP4RL_SWIGLU_ACT=1 (down_proj's operand from swiglu_act) and =0 (swiglu_rows, then
  * rollout_act): the same tokens and log mu, bit for bit, BF16 and HiF4 / MXFP4 with ResQ off, dense
  * and 2:4 (test_swiglu_act_composes covers more rows than one of the CPU op's 64-row blocks). */
@@ -708,6 +790,8 @@ int main(void)
     tcase_add_test(tc, test_act8_matches_act);
     tcase_add_test(tc, test_linear_w4);
     tcase_add_test(tc, test_rollout_w4_equals_fused);
+    tcase_add_test(tc, test_linear_w4b);
+    tcase_add_test(tc, test_rollout_w4b_equals_fused);
     tcase_add_test(tc, test_rollout_swiglu_act_equals_unfused);
     suite_add_tcase(su, tc);
     return fp4rl_check_run(su);

@@ -287,6 +287,18 @@ FP4RL_OP(fp4rl_status, rollout_act8, (fp4rl_context *ctx, uint8_t *out, float *s
  * rounding a slice. */
 FP4RL_OP(fp4rl_status, linear_forward_w4, (fp4rl_context *ctx, float *y, const uint8_t *a8, const float *sa, const fp4rl_tensor *w,
          const float *b, int64_t N, int64_t K, int64_t OUT))
+/* y [N, OUT] = x w^T (+ b): x [N, K] BF16 words (linear_forward_bf16's operand, e.g. rollout_act's),
+ * w the packed quantized weight [OUT, K], HiF4 (1D or 64 x 64 tiles) or MXFP4 (1D or 32 x 32 tiles),
+ * K % 64 == 0. Every value of such a weight is exactly a BF16 (HiF4 k 2^inc base / 4, MXFP4 e2m1
+ * 2^(e - 127)), so this is linear_forward_bf16 over the BF16 dequantization of w: the same products,
+ * FP32 sums in the backend's order, without a BF16 copy of w (CUDA: cuda/decode_w4b.h reads the
+ * packed codes; the CPU dequantizes per call). Where linear_w4b_ok refuses, FP4RL_ERR_UNSUPPORTED. */
+FP4RL_OP(fp4rl_status, linear_forward_w4b, (fp4rl_context *ctx, float *y, const uint16_t *x, const fp4rl_tensor *w, const float *b,
+         int64_t N, int64_t K, int64_t OUT))
+/* FP4RL_OK where linear_forward_w4b can run weight w on this context (its format, layout and K; on
+ * CUDA also the device and the build: compute capability 9.0 with sm_90a code), else
+ * FP4RL_ERR_UNSUPPORTED with the reason. */
+FP4RL_OP(fp4rl_status, linear_w4b_ok, (fp4rl_context *ctx, const fp4rl_tensor *w))
 /* The training GEMMs' FP4 operand in one pass: dst [rows, cols] = the BF16 bits of
  * dequantize(quantize(src)) in round-trip format fmt (FP4RL_QDQ_*, values exactly BF16), 1D
  * blocks along the last dim or, with along_rows, down the columns (block b of column c: rows

@@ -207,3 +207,31 @@ fp4rl_status fp4rl_cpu_linear_forward_w4(fp4rl_context *ctx, float *y, const uin
     }
     return FP4RL_OK;
 }
+
+/* The formats linear_forward_w4b takes (its CUDA kernel's too): HiF4 any tile (one word per 64 of a
+ * row), MXFP4 1D or 32 x 32 tiles; 2D; K a positive multiple of 64. */
+fp4rl_status fp4rl_cpu_linear_w4b_ok(fp4rl_context *ctx, const fp4rl_tensor *w)
+{
+    (void)ctx;
+    if (!w || w->ndim != 2 || (w->dtype != FP4RL_DTYPE_HIF4 && !(w->dtype == FP4RL_DTYPE_MXFP4 && (w->q.tile == 0 || w->q.tile == 32))))
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "linear_forward_w4b: the weight must be 2D HiF4, or MXFP4 1D or in 32 x 32 tiles");
+    if (w->q.cols < 64 || w->q.cols % 64)
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "linear_forward_w4b: K = %lld is not a positive multiple of 64", (long long)w->q.cols);
+    return FP4RL_OK;
+}
+
+/* The composition the contract names: the weight dequantized to BF16 (exact), then the BF16 GEMM. */
+fp4rl_status fp4rl_cpu_linear_forward_w4b(fp4rl_context *ctx, float *y, const uint16_t *x, const fp4rl_tensor *w, const float *b, int64_t N,
+                                          int64_t K, int64_t OUT)
+{
+    fp4rl_status st = fp4rl_cpu_linear_w4b_ok(ctx, w);
+    if (st) return st;
+    if (w->q.rows != OUT || w->q.cols != K)
+        return fp4rl_fail(FP4RL_ERR_SHAPE, "linear_forward_w4b: the weight is [%lld, %lld], the layer [%lld, %lld]", (long long)w->q.rows,
+                          (long long)w->q.cols, (long long)OUT, (long long)K);
+    fp4rl_tensor *wb = NULL;
+    st = fp4rl_dequantize(&wb, ctx, w, FP4RL_DTYPE_BF16);
+    if (!st) st = fp4rl_cpu_linear_forward_bf16(ctx, y, x, (const uint16_t *)wb->data, b, N, K, OUT);
+    fp4rl_tensor_destroy(wb);
+    return st;
+}

@@ -79,6 +79,10 @@ fp4rl_status fp4rl_rollout_linear(fp4rl_model *m, fp4rl_arena *a, const fp4rl_li
  * weights instead of their BF16 copy: rollout_act8 writes the activation's quantization as E4M3
  * bytes and unit scales, linear_forward_w4 multiplies them by the packed weight (about 28% of the
  * BF16 weight's bytes, which bound a decode step). The same products, summed in another order.
+ * W4B (issue 16, plan_w4b): where the weights are HiF4 or MXFP4 (any activation numerics of the
+ * fused path), a GEMM whose operand has at most W4B_MAX_ROWS rows keeps the BF16 operand and reads
+ * the packed weight (linear_forward_w4b: its values dequantized to their exact BF16 in registers,
+ * the BF16 tensor cores; the products of the BF16 GEMM over wb, summed in another order).
  * Larger forwards (prefill) keep the BF16 GEMM; the head's weights are BF16 (its spec) and so is
  * its GEMM. */
 typedef struct fast_plan {
@@ -87,6 +91,7 @@ typedef struct fast_plan {
     int tf;   /* truncation-free MX scales */
     int resq; /* FP4RL_RESQ_OFF / _DENSE / _2_4 */
     int w4;   /* W4A4 decode GEMMs (plan_w4): the packed weights are kept too */
+    int w4b;  /* decode GEMMs on the BF16 operand and the packed weight (plan_w4b); kept too */
     /* ResQ: q/k/v's and gate/up's consumers read the GEMM's two halves (fast_gemm_halves) instead
      * of add_halves' sum. On unless FP4RL_RESQ_HALVES=0 (the HiF4 + ResQ rollout ~3.5% faster on an H100). */
     int halves_direct;
@@ -99,7 +104,7 @@ typedef struct fast_plan {
 static fast_plan plan_fast(fp4rl_model *m, const fp4rl_linear_spec *s, int resq)
 {
     const char *hv = getenv("FP4RL_RESQ_HALVES"), *sa = getenv("FP4RL_SWIGLU_ACT");
-    fast_plan f = {0, -1, 0, FP4RL_RESQ_OFF, 0, !(hv && hv[0] == '0'), sa && sa[0] == '1'};
+    fast_plan f = {.on = 0, .fmt = -1, .resq = FP4RL_RESQ_OFF, .halves_direct = !(hv && hv[0] == '0'), .swiglu_act = sa && sa[0] == '1'};
     if (m->rollout_generic || !m->ops->rollout_act || !m->ops->linear_forward_bf16 || !m->ops->pack_bf16) return f;
     if (!fp4rl_linear_bf16_exact(s, FP4RL_ROLE_WEIGHT) || !fp4rl_linear_bf16_exact(s, FP4RL_ROLE_ACTIVATION)) return f;
     if (s->mode[FP4RL_ROLE_ACTIVATION] == FP4RL_NUMERICS_FP4) { /* MXFP4 or HiF4: a qdq_block.h format */
@@ -129,11 +134,13 @@ static fp4rl_status fast_weight(fp4rl_model *m, uint16_t *wb, const float *wq, i
 }
 
 /* A fused linear's activation operand (fast_act): BF16 words xb or, on the W4A4 path, E4M3 bytes a8
- * and their unit scales sa, which follow the bytes in a8's allocation. */
+ * and their unit scales sa, which follow the bytes in a8's allocation; w4b: xb goes to the packed
+ * weight (linear_forward_w4b) instead of wb. */
 typedef struct fast_opnd {
     const uint16_t *xb;
     const uint8_t *a8;
     const float *sa;
+    int w4b;
 } fast_opnd;
 
 static const void *opnd_buf(const fast_opnd *o) { return o->a8 ? (const void *)o->a8 : (const void *)o->xb; }
@@ -141,12 +148,18 @@ static const void *opnd_buf(const fast_opnd *o) { return o->a8 ? (const void *)o
 /* Whether a fused linear over N rows takes the W4A4 operand (decode steps: few enough rows). */
 static int fast_w4(const fast_plan *f, int64_t N) { return f->w4 && fast_halves(f) * N <= FP4RL_W4_MAX_ROWS; }
 
+/* The W4B path's GEMM rows at most: decode steps (ResQ's 2N of up to 512 sequences), not prefills,
+ * whose tensor-core GEMMs on wb are compute-bound and faster. */
+enum { W4B_MAX_ROWS = 1024 };
+/* Whether a fused linear over N rows multiplies its BF16 operand by the packed weight. */
+static int fast_w4b(const fast_plan *f, int64_t N) { return f->w4b && !fast_w4(f, N) && fast_halves(f) * N <= W4B_MAX_ROWS; }
+
 /* The fused activation operand of x [N, K] (fast_halves(f) * N rows): the W4A4 one where f->w4 and
  * the rows are few enough (decode steps), else BF16; both pointers NULL on failure (a->st). */
 static fast_opnd fast_act(fp4rl_model *m, fp4rl_arena *a, const fast_plan *f, const float *x, int64_t N, int64_t K,
                           unsigned long long *counts)
 {
-    fast_opnd o = {NULL, NULL, NULL};
+    fast_opnd o = {NULL, NULL, NULL, 0};
     if (fast_w4(f, N)) {
         const int64_t rows = fast_halves(f) * N;
         const int64_t U = fp4rl_qdq_block_size(f->fmt), Kp = (K + U - 1) / U * U, bytes = (rows * Kp + 15) / 16 * 16;
@@ -157,15 +170,16 @@ static fast_opnd fast_act(fp4rl_model *m, fp4rl_arena *a, const fast_plan *f, co
     }
     uint16_t *xb = fp4rl_arena_alloc(a, fast_halves(f) * N * K, sizeof(uint16_t));
     if (xb) a->st = m->ops->rollout_act(m->ctx, xb, f->fmt >= 0 ? counts : NULL, x, N, K, f->fmt, f->tf, f->resq);
-    if (!a->st) o.xb = xb;
+    if (!a->st) o.xb = xb, o.w4b = fast_w4b(f, N);
     return o;
 }
 
-/* y [rows, OUT] = x w^T (+ b) on x's path: wb the weight in BF16, wt packed (W4A4). */
+/* y [rows, OUT] = x w^T (+ b) on x's path: wb the weight in BF16, wt packed (W4A4, W4B). */
 static fp4rl_status fast_mm(fp4rl_model *m, const fast_opnd *x, const uint16_t *wb, const fp4rl_tensor *wt, float *y, const float *b,
                             int64_t rows, int64_t K, int64_t OUT)
 {
     if (x->a8) return m->ops->linear_forward_w4(m->ctx, y, x->a8, x->sa, wt, b, rows, K, OUT);
+    if (x->w4b) return m->ops->linear_forward_w4b(m->ctx, y, x->xb, wt, b, rows, K, OUT);
     return m->ops->linear_forward_bf16(m->ctx, y, x->xb, wb, b, rows, K, OUT);
 }
 
@@ -341,6 +355,30 @@ static int plan_w4(const engine *e, const fp4rl_linear_spec *s, const fast_plan 
     return 1;
 }
 
+/* Whether plan f (weights' spec s, linears `lins` as plan_w4's) takes the W4B decode GEMMs:
+ * FP4RL_ROLLOUT_W4B=1 turns it on, on either backend (opt-in until it measures faster: bench/pending);
+ * the fused plan (any activation numerics) with the weights HiF4 or MXFP4, nearest, 1D along K or
+ * in HiF4 64 x 64 / MXFP4 32 x 32 tiles with every linear's rows a multiple of the tile (a fused
+ * group quantized as one tensor then has its linears' codes and scales, w4_weight), every linear's
+ * K a multiple of 64. The backend's own gate (linear_w4b_ok) is asked once the weights exist. */
+static int plan_w4b(const engine *e, const fp4rl_linear_spec *s, const fast_plan *f, unsigned lins)
+{
+    fp4rl_model *m = e->m;
+    const fp4rl_role W = FP4RL_ROLE_WEIGHT;
+    const char *env = getenv("FP4RL_ROLLOUT_W4B");
+    if (!(env && env[0] == '1') || !f->on || f->w4 || !m->ops->linear_forward_w4b || !m->ops->linear_w4b_ok) return 0;
+    if (s->mode[W] != FP4RL_NUMERICS_FP4 || (s->fmt[W] != FP4RL_DTYPE_HIF4 && s->fmt[W] != FP4RL_DTYPE_MXFP4)) return 0;
+    fp4rl_qparams p;
+    if (fp4rl_policy_resolve(m->policy, s->fmt[W], W, m->ctx, &p, "rollout") || p.stochastic) return 0;
+    if (p.tile != 0 && p.tile != (s->fmt[W] == FP4RL_DTYPE_HIF4 ? 64 : 32)) return 0;
+    for (int r = 0; r < FP4RL_LIN_COUNT; r++) {
+        if (!(lins >> r & 1u)) continue;
+        const int64_t *d = m->params[fp4rl_model_lp(0, fp4rl_lin_weight(r))].dims;
+        if (d[1] % 64 || (p.tile && d[0] % p.tile)) return 0;
+    }
+    return 1;
+}
+
 /* The packed weight of layer l's linear r (r its group's first) for the W4A4 path into e->wt: the
  * group's FP32 master weights side by side (rows in wb's order), quantized as one tensor with the
  * weight spec's parameters as qdq_rows quantizes each (fp4rl_quantize_rows), so its dequantized
@@ -394,8 +432,10 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
         const fp4rl_role W = FP4RL_ROLE_WEIGHT;
         e->f_qk.w4 = plan_w4(e, &e->s_qk, &e->f_qk, e->share_qkv ? Q | V : Q);
         e->f_blk.w4 = plan_w4(e, &e->s_blk, &e->f_blk, e->share_qkv ? REST : V | REST);
+        e->f_qk.w4b = plan_w4b(e, &e->s_qk, &e->f_qk, e->share_qkv ? Q | V : Q);
+        e->f_blk.w4b = plan_w4b(e, &e->s_blk, &e->f_blk, e->share_qkv ? REST : V | REST);
         /* one q | k | v tensor: v's weight must be quantized as q's and k's */
-        if (e->share_qkv && (e->s_blk.mode[W] != e->s_qk.mode[W] || e->s_blk.fmt[W] != e->s_qk.fmt[W])) e->f_qk.w4 = 0;
+        if (e->share_qkv && (e->s_blk.mode[W] != e->s_qk.mode[W] || e->s_blk.fmt[W] != e->s_qk.fmt[W])) e->f_qk.w4 = e->f_qk.w4b = 0;
     }
     /* the schedule: batched unless the activations' numerics couple the rows of a batch */
     e->lockstep = m->rollout_lockstep || !row_local(m, &e->s_qk, e->resq) || !row_local(m, &e->s_blk, e->resq) ||
@@ -443,9 +483,15 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
             }
             if (f->on) fp4rl_arena_free(&tmp);
         }
-    for (int64_t l = 0; l < L && !st; l++) /* W4A4: the packed weights too, a tensor a fused group */
+    for (int64_t l = 0; l < L && !st; l++) /* W4A4, W4B: the packed weights too, a tensor a fused group */
         for (int r = 0; r < FP4RL_LIN_COUNT && !st; r++)
-            if (fused_first(e, r) == r && plan_of(e, r)->w4) st = w4_weight(e, l, r);
+            if (fused_first(e, r) == r && (plan_of(e, r)->w4 || plan_of(e, r)->w4b)) st = w4_weight(e, l, r);
+    /* W4B: the backend's gate on the weights as stored (CUDA: an sm_90a build on compute capability
+     * 9.0); where it refuses, the BF16 GEMM on wb as without it */
+    for (int r = 0; r < FP4RL_LIN_COUNT && !st && L > 0; r++) {
+        fast_plan *f = (fast_plan *)plan_of(e, r);
+        if (f->w4b && fused_first(e, r) == r && m->ops->linear_w4b_ok(ctx, e->wt[r]) != FP4RL_OK) f->w4b = 0;
+    }
     float *head = fp4rl_model_w(m, fp4rl_model_p_head(m));
     e->whead = head;
     if (!st && e->s_head.mode[FP4RL_ROLE_WEIGHT] != FP4RL_NUMERICS_FP32) {
@@ -599,7 +645,7 @@ static fp4rl_status rollout_block_gate_up(void *user, int64_t l, float *h, float
     uint16_t *xb = fp4rl_arena_alloc(r->step, fast_halves(f) * r->N * I, sizeof(uint16_t));
     if (!xb) return r->step->st;
     st = m->ops->swiglu_act(m->ctx, xb, f->fmt >= 0 ? e->counts64 + d * 2 : NULL, y.x, y.lo, y.bias, r->N, I, f->fmt, f->tf, f->resq);
-    if (!st) r->down = (fast_opnd){xb, NULL, NULL};
+    if (!st) r->down = (fast_opnd){xb, NULL, NULL, fast_w4b(f, r->N)};
     return st;
 }
 
@@ -995,6 +1041,7 @@ fp4rl_status fp4rl_rollout_run(fp4rl_model *m, const fp4rl_rollout_cfg *cfg, con
     if (cfg->max_new > 0) st = engine_init(&e, m, B, (int64_t)offsets[P], Tmax, cap);
     res->fused_linears = L * (5 * e.f_blk.on + 2 * e.f_qk.on) + e.f_head.on;
     res->w4_linears = L * (e.share_qkv ? 3 * e.f_qk.w4 + 4 * e.f_blk.w4 : 2 * e.f_qk.w4 + 5 * e.f_blk.w4);
+    res->w4b_linears = L * (e.share_qkv ? 3 * e.f_qk.w4b + 4 * e.f_blk.w4b : 2 * e.f_qk.w4b + 5 * e.f_blk.w4b);
     if (!st && cfg->max_new > 0)
         st = e.lockstep ? run_lockstep(&e, cfg, prompts, offsets, B, Tmax, res, done, sampled, slogp)
                         : run_batched(&e, cfg, prompts, offsets, P, cap, res, done, sampled, slogp);

@@ -30,6 +30,7 @@ typedef struct fp4rl_rollout_result {
     int64_t decode_steps;
     int64_t fused_linears;  /* linear layers (of 7 L + 1) that ran the fused BF16 path */
     int64_t w4_linears;     /* of those, the ones whose GEMMs of at most FP4RL_W4_MAX_ROWS rows read packed FP4 weights (W4A4) */
+    int64_t w4b_linears;    /* of those, the ones whose decode GEMMs multiply the BF16 operand by packed FP4 weights (W4B) */
 } fp4rl_rollout_result;
 
 /* Runs the rollout for n_prompts prompts (CSR: prompt p = prompts[offsets[p] .. offsets[p+1])).

@@ -1,0 +1,451 @@
+/*
+ * decode_w4b.cu - the packed-weight GEMM with BF16 activations (decode_w4b.h has the contract).
+ *
+ * Roles: the weights are wgmma's register-sourced A (a warpgroup's m64 tile: warp w of the group
+ * holds weight rows 16 w + g, + 8, lane = 4 g + t), the activations its shared-memory B (N = NB
+ * activation rows, K-major, 128-byte swizzled as TMA would write it: 16-byte chunk c of row r of
+ * a 64-k chunk at r * 128 + ((c ^ (r & 7)) << 4)), C's fragments [weight row, activation row].
+ *
+ * A k16 step's A fragment (the mma.sync m16n8k16 layout): a0 row g, k 2t, 2t + 1; a1 row g + 8;
+ * a2, a3 the same at k + 8. So thread t needs byte t (two codes) of each 4-byte word of a row's
+ * step piece: word 2s for a0 / a1, word 2s + 1 for a2 / a3 (s the step in the 64-k chunk).
+ *
+ * Dequantization of two codes into one BF16x2 word, in registers: the BF16 bits of the 8
+ * magnitudes (HiF4: k; MXFP4: e2m1(k)) are split into a high-byte and a low-byte table of 8 bytes
+ * each, looked up four codes at a time by byte permutes, interleaved into two words, the sign bits
+ * (bit 3 of each code) merged in from a sign-mode permute; then one BF16x2 multiply by the scale
+ * (HiF4: base / 4 times 2^inc of the codes' micro-block; MXFP4: 2^(e - 127)), exact because the
+ * product has at most 6 significant bits (HiF4: 3 x 3; MXFP4: 2, down to BF16 subnormals).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode_w4b.h"
+#include "format/formats.h"
+#include "format/layout.h"
+#include "gemm_fp8.h" /* fp4rl_cuda_has_sm90a */
+#include "wgmma_common.cuh"
+
+namespace {
+
+constexpr int KC = 64;      /* k a chunk (ring stage): one HiF4 unit, two MXFP4 units */
+constexpr int STAGES = 4;   /* ring stages; STAGES - 2 chunks are copied ahead (see the loop) */
+constexpr int THREADS = 256; /* two warpgroups */
+
+struct WB {
+    const uint16_t *x;
+    const uint8_t *codes;
+    const void *wscales;
+    const float *bias;
+    float *c;
+    float *ws;
+    unsigned *counters;
+    int M, N, K, ldc;
+    int64_t row_bytes, scale_cols;
+    int tile; /* MXFP4: 0 (1D) or 32 (2D tiles) */
+    int slices, chunks_per_slice, chunks;
+};
+
+/* One ring stage: activations [NB][128 bytes] (swizzled, 1024-byte aligned: first), weight codes
+ * [ROWS][32 bytes], weight scales [ROWS][8 bytes] (HiF4: the unit's word; MXFP4: the aligned word
+ * holding the chunk's first scale byte and the next one). */
+template <int MT, int NB>
+struct Stage {
+    static constexpr int ROWS = 2 * MT * 64;
+    static constexpr int A = 0, W = A + NB * 128, WS = W + ROWS * 32;
+    static constexpr int BYTES = (WS + ROWS * 8 + 1023) / 1024 * 1024;
+    static constexpr int SMEM = STAGES * BYTES + 1024; /* + the alignment of the dynamic window */
+};
+
+/* The device code below exists in the sm_90a pass only (the kernel's body is a trap elsewhere). */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void cp16(uint32_t dst, const void *src, bool live)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 16 : 0));
+}
+__device__ __forceinline__ void cp4(uint32_t dst, const void *src, bool live)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 4 : 0));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
+{
+    uint32_t d; /* PTX prmt, default mode: selector bit 3 replicates the chosen byte's sign */
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+/* The BF16 bits of the 8 magnitudes, high bytes and low bytes, k = 0..3 in the first word. */
+constexpr uint32_t HIF4_HI0 = 0x40403F00u, HIF4_HI1 = 0x40404040u, HIF4_LO0 = 0x40008000u, HIF4_LO1 = 0xE0C0A080u; /* k */
+constexpr uint32_t MX_HI0 = 0x3F3F3F00u, MX_HI1 = 0x40404040u, MX_LO0 = 0xC0800000u, MX_LO1 = 0xC0804000u;       /* e2m1(k) */
+
+/* The two BF16x2 words of the four codes in the low 16 bits of y (nibble i = code i): r0 codes 0,
+ * 1 (low half code 0), r1 codes 2, 3, unscaled. */
+template <bool HIF4>
+__device__ __forceinline__ void deq4(uint32_t y, uint32_t &r0, uint32_t &r1)
+{
+    const uint32_t sel = y & 0x7777u;
+    const uint32_t hi = prmt(HIF4 ? HIF4_HI0 : MX_HI0, HIF4 ? HIF4_HI1 : MX_HI1, sel);
+    const uint32_t lo = prmt(HIF4 ? HIF4_LO0 : MX_LO0, HIF4 ? HIF4_LO1 : MX_LO1, sel);
+    /* sign of code 2b: bit 7 of byte b of y << 4; of code 2b + 1: bit 7 of byte b of y */
+    const uint32_t y4 = y << 4;
+    r0 = prmt(lo, hi, 0x5140u) | (prmt(y4, y, 0xC080u) & 0x80008000u);
+    r1 = prmt(lo, hi, 0x7362u) | (prmt(y4, y, 0xD090u) & 0x80008000u);
+}
+__device__ __forceinline__ uint32_t bmul2(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+/* HiF4: a unit word's BF16x2 scale base / 4 (NaN for the NaN word) and its increments, the 2-bit
+ * field j (= 2 s + h: step s, half h of the A fragment) e8[j] + e16[2 j + th] for this thread's
+ * micro-blocks (th = t >> 1: k 2t lies in micro-block t >> 1 of each 8-k group). */
+__device__ __forceinline__ void hif4_scales(uint32_t word, uint32_t th, uint32_t &base2, uint32_t &inc2)
+{
+    static_assert(FP4RL_E6M2_BIAS == 48 && FP4RL_HIF4_BASE_MASK == 0xFFu && FP4RL_HIF4_E8_SHIFT == 8 && FP4RL_HIF4_E16_SHIFT == 16,
+                  "the HiF4 word layout");
+    const uint32_t s = word & 0xFFu;
+    /* base / 4 = (1 + m/4) 2^(e - 50) for s = e << 2 | m: BF16 exponent field e + 77 */
+    const uint32_t b = s == FP4RL_HIF4_NAN_WORD ? 0x7FC0u : (s << 5) + (77u << 7);
+    base2 = b | (b << 16);
+    uint32_t x = (word >> 8) & 0xFFu; /* e8[j] to bit 2 j */
+    x = (x | (x << 4)) & 0x0F0Fu;
+    x = (x | (x << 2)) & 0x3333u;
+    x = (x | (x << 1)) & 0x5555u;
+    inc2 = s == FP4RL_HIF4_NAN_WORD ? 0u : x + ((word >> (16 + th)) & 0x5555u);
+}
+/* MXFP4: the BF16x2 scale 2^(e - 127) of an E8M0 byte (2^-127 is a BF16 subnormal; 255: NaN). */
+__device__ __forceinline__ uint32_t mx_scale2(uint32_t e)
+{
+    const uint32_t b = e == 0xFFu ? 0x7FC0u : e == 0u ? 0x0040u : e << 7;
+    return b | (b << 16);
+}
+
+using namespace fp4rl_cuda_wg;
+
+/* d += A B, one m64n(NB)k16 BF16 step: A from registers (this warp's 16 weight rows x 16 k), B
+ * (NB activation rows x 16 k, K-major, 128-byte swizzle) through the descriptor db. */
+template <int NB>
+__device__ __forceinline__ void wb_mma(float (&d)[NB / 2], const uint32_t (&a)[4], uint64_t db);
+template <>
+__device__ __forceinline__ void wb_mma<32>(float (&d)[16], const uint32_t (&a)[4], uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+template <>
+__device__ __forceinline__ void wb_mma<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+template <>
+__device__ __forceinline__ void wb_mma<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+/* The copies of chunk c into the stage at shared address st (all threads; zero-filled past N and
+ * M; one commit group always). */
+template <int MT, int NB, bool HIF4>
+__device__ __forceinline__ void wb_issue(const WB &p, int c, int cend, uint32_t st, int n0, int m0, int tid)
+{
+    using S = Stage<MT, NB>;
+    if (c < cend) {
+#pragma unroll
+        for (int i = 0; i < NB * 8 / THREADS; i++) { /* activations: NB rows x 8 chunks of 16 bytes */
+            const int q = tid + i * THREADS, r = q >> 3, ch = q & 7, m = m0 + r;
+            const bool live = m < p.M;
+            cp16(st + S::A + r * 128 + ((ch ^ (r & 7)) << 4), p.x + (live ? (int64_t)m * p.K : 0) + c * KC + ch * 8, live);
+        }
+#pragma unroll
+        for (int i = 0; i < S::ROWS * 2 / THREADS; i++) { /* codes: ROWS rows x 2 chunks of 16 bytes */
+            const int q = tid + i * THREADS, r = q >> 1, h = q & 1, n = n0 + r;
+            const bool live = n < p.N;
+            cp16(st + S::W + r * 32 + h * 16, p.codes + (live ? (int64_t)n * p.row_bytes : 0) + c * (KC / 2) + h * 16, live);
+        }
+        for (int r = tid; r < S::ROWS; r += THREADS) {
+            const int n = n0 + r;
+            const bool live = n < p.N;
+            const int64_t nn = live ? n : 0;
+            if constexpr (HIF4) {
+                cp4(st + S::WS + r * 8, static_cast<const uint32_t *>(p.wscales) + nn * p.scale_cols + c, live);
+            } else {
+                const int64_t b = (p.tile ? (nn >> 5) : nn) * p.scale_cols + 2 * (int64_t)c;
+                const uint8_t *w = static_cast<const uint8_t *>(p.wscales) + (b & ~(int64_t)3);
+                cp4(st + S::WS + r * 8, w, live);
+                cp4(st + S::WS + r * 8 + 4, w + 4, live && (b & 3) == 3);
+            }
+        }
+    }
+    cp_commit();
+}
+
+#endif /* __CUDA_ARCH_FEAT_SM90_ALL */
+
+template <int MT, int NB, bool HIF4>
+__global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using S = Stage<MT, NB>;
+    constexpr int NR = NB / 2; /* accumulator registers of one m64 tile */
+    extern __shared__ uint8_t wb_smem_raw[];
+    __shared__ int last;
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wb_smem_raw);
+    const uint32_t sbase = (raw + 1023u) & ~1023u;
+    const uint8_t *smem = wb_smem_raw + (sbase - raw);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, g = lane >> 2, t = lane & 3;
+    const int rb = blockIdx.x / p.slices, slice = blockIdx.x - rb * p.slices;
+    const int n0 = rb * S::ROWS, m0 = blockIdx.y * NB;
+    const int cbeg = slice * p.chunks_per_slice, cend = min(p.chunks, cbeg + p.chunks_per_slice);
+    /* this thread's weight rows (CTA-local): tile mt, half hh at rl0 + 64 mt + 8 hh */
+    const int rl0 = wg * MT * 64 + (warp & 3) * 16 + g;
+    const uint32_t selg = (uint32_t)t | ((uint32_t)(t + 4) << 4); /* byte t of two words */
+    const uint32_t th = (uint32_t)t >> 1;
+    int rb3[MT][2] = {}; /* MXFP4: the row's first scale byte's offset in its aligned word */
+    if constexpr (!HIF4) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int n = n0 + rl0 + 64 * mt + 8 * hh;
+                const int64_t nn = n < p.N ? n : 0;
+                rb3[mt][hh] = (int)(((p.tile ? (nn >> 5) : nn) * p.scale_cols) & 3);
+            }
+    }
+
+    float acc[MT][NR];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < NR; i++) acc[mt][i] = 0.0f;
+
+#pragma unroll
+    for (int i = 0; i < STAGES - 2; i++) wb_issue<MT, NB, HIF4>(p, cbeg + i, cend, sbase + (uint32_t)(((cbeg + i) % STAGES) * S::BYTES), n0, m0, tid);
+
+    for (int c = cbeg; c < cend; c++) {
+        /* chunk c landed (this thread's copies), for every thread and for wgmma's async reads */
+        cp_wait<STAGES - 3>();
+        wg_fence_proxy_async();
+        __syncthreads();
+        /* chunk c + STAGES - 2 into the stage of chunk c - 2: every thread passed chunk c - 1's
+         * step 0 (barrier above), whose wait_group 1 retired all of chunk c - 2's wgmmas */
+        wb_issue<MT, NB, HIF4>(p, c + STAGES - 2, cend, sbase + (uint32_t)(((c + STAGES - 2) % STAGES) * S::BYTES), n0, m0, tid);
+        const int so = (c % STAGES) * S::BYTES;
+        const uint8_t *st = smem + so;
+        /* the chunk's scales of this thread's rows */
+        uint32_t sc[MT][2][2]; /* HiF4: base2, inc2; MXFP4: the two units' BF16x2 scales */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int rl = rl0 + 64 * mt + 8 * hh;
+                if constexpr (HIF4) {
+                    hif4_scales(*reinterpret_cast<const uint32_t *>(st + S::WS + rl * 8), th, sc[mt][hh][0], sc[mt][hh][1]);
+                } else {
+                    const uint2 v = *reinterpret_cast<const uint2 *>(st + S::WS + rl * 8);
+                    const uint32_t o = (uint32_t)((rb3[mt][hh] + 2 * c) & 3);
+                    const uint32_t e2 = prmt(v.x, v.y, o | ((o + 1) << 4));
+                    sc[mt][hh][0] = mx_scale2(e2 & 0xFFu);
+                    sc[mt][hh][1] = mx_scale2((e2 >> 8) & 0xFFu);
+                }
+            }
+#pragma unroll
+        for (int s = 0; s < KC / 16; s++) {
+            uint32_t af[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int rl = rl0 + 64 * mt + 8 * hh;
+                    const uint2 cw = *reinterpret_cast<const uint2 *>(st + S::W + rl * 32 + 8 * s);
+                    const uint32_t y = prmt(cw.x, cw.y, selg); /* byte 0: k 16s + 2t, +1; byte 1: k + 8 */
+                    uint32_t v0, v1;
+                    deq4<HIF4>(y, v0, v1);
+                    uint32_t s0, s1;
+                    if constexpr (HIF4) {
+                        s0 = sc[mt][hh][0] + ((sc[mt][hh][1] >> (4 * s)) & 3u) * 0x00800080u;
+                        s1 = sc[mt][hh][0] + ((sc[mt][hh][1] >> (4 * s + 2)) & 3u) * 0x00800080u;
+                    } else {
+                        s0 = s1 = sc[mt][hh][s >> 1];
+                    }
+                    af[mt][hh] = bmul2(v0, s0);
+                    af[mt][2 + hh] = bmul2(v1, s1);
+                }
+            const uint64_t db = wg_desc_bits(sbase + (uint32_t)so + S::A + 32u * s, 16, 1024, 1);
+            wg_fence();
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) wb_mma<NB>(acc[mt], af[mt], db);
+            wg_commit();
+            wg_wait1(); /* the step before this one retired: its A registers and stage reads are free */
+        }
+    }
+    wg_wait0();
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) wg_fence_regs(acc[mt]);
+    cp_wait<0>();
+
+    /* the epilogue: acc[mt][4 j + e] is C[m0 + 8 j + 2 t + (e & 1)][n0 + rl0 + 64 mt + 8 (e >> 1)] */
+    if (p.slices == 1) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < NR; i++) {
+                const int n = n0 + rl0 + 64 * mt + 8 * ((i & 3) >> 1), m = m0 + 8 * (i >> 2) + 2 * t + (i & 1);
+                if (m < p.M && n < p.N) p.c[(int64_t)m * p.ldc + n] = p.bias ? acc[mt][i] + p.bias[n] : acc[mt][i];
+            }
+        return;
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+            const int n = n0 + rl0 + 64 * mt + 8 * ((i & 3) >> 1), m = m0 + 8 * (i >> 2) + 2 * t + (i & 1);
+            if (m < p.M && n < p.N) p.ws[((int64_t)slice * p.M + m) * p.N + n] = acc[mt][i];
+        }
+    __threadfence();
+    __syncthreads();
+    const int ctr = rb * gridDim.y + blockIdx.y;
+    if (tid == 0) {
+        const unsigned prev = atomicAdd(&p.counters[ctr], 1u);
+        last = prev == (unsigned)p.slices - 1;
+        if (last) p.counters[ctr] = 0; /* zero again for the next launch */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int mrows = min(NB, p.M - m0);
+    for (int idx = tid; idx < S::ROWS * mrows; idx += THREADS) { /* n fastest: coalesced */
+        const int m = m0 + idx / S::ROWS, n = n0 + idx % S::ROWS;
+        if (n >= p.N) continue;
+        float sum = 0.0f;
+        for (int s = 0; s < p.slices; s++) sum = __fadd_rn(sum, __ldcg(&p.ws[((int64_t)s * p.M + m) * p.N + n]));
+        p.c[(int64_t)m * p.ldc + n] = p.bias ? sum + p.bias[n] : sum;
+    }
+#else
+    (void)p;
+    __trap(); /* launched only where fp4rl_cuda_has_sm90a says this build has the kernel */
+#endif
+}
+
+template <int MT, int NB, bool HIF4>
+cudaError_t wb_launch_one(const WB &p, dim3 grid, cudaStream_t s)
+{
+    using S = Stage<MT, NB>;
+    static bool attr = false; /* per instantiation; every device of a process gets the same value */
+    if (!attr) {
+        const cudaError_t e = cudaFuncSetAttribute(wb_kernel<MT, NB, HIF4>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
+        if (e != cudaSuccess) return e;
+        attr = true;
+    }
+    wb_kernel<MT, NB, HIF4><<<grid, THREADS, S::SMEM, s>>>(p);
+    return cudaSuccess;
+}
+template <int MT, bool HIF4>
+cudaError_t wb_launch_mt(const WB &p, int nb, dim3 grid, cudaStream_t s)
+{
+    if (nb == 32) return wb_launch_one<MT, 32, HIF4>(p, grid, s);
+    if (nb == 64) return wb_launch_one<MT, 64, HIF4>(p, grid, s);
+    return wb_launch_one<MT, 128, HIF4>(p, grid, s);
+}
+
+int wb_weight_ok(const fp4rl_tensor *w)
+{
+    if (!w || w->ndim != 2 || !w->data || !w->scales) return 0;
+    if (w->dtype != FP4RL_DTYPE_HIF4 && !(w->dtype == FP4RL_DTYPE_MXFP4 && (w->q.tile == 0 || w->q.tile == 32))) return 0;
+    const int64_t N = w->q.rows, K = w->q.cols;
+    if (N < 1 || K < KC || K % KC || N >= (1LL << 31) || K >= (1LL << 31)) return 0;
+    return !((uintptr_t)w->data & 15) && !((uintptr_t)w->scales & 3) && !(w->q.row_bytes & 15);
+}
+
+} // namespace
+
+int fp4rl_cuda_w4b_ok(fp4rl_context *ctx, const fp4rl_tensor *w)
+{
+    return ctx && wb_weight_ok(w) && fp4rl_cuda_has_sm90a(ctx);
+}
+
+fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, const uint16_t *x, int64_t M, const fp4rl_tensor *w,
+                                 const float *bias, int slices)
+{
+    if (!ctx || !c || !x || !w) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "w4b_gemm: NULL context, output, operand or weight");
+    if (!wb_weight_ok(w))
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED,
+                          "w4b_gemm: the weight must be 2D HiF4, or MXFP4 1D or in 32 x 32 tiles, K a positive multiple of %d, aligned", KC);
+    const int64_t N = w->q.rows, K = w->q.cols;
+    if (M < 1 || M >= (1LL << 31)) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: M = %lld out of range", (long long)M);
+    if (ldc < N || ldc >= (1LL << 31)) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: ldc = %lld below N = %lld or too large", (long long)ldc, (long long)N);
+    if ((uintptr_t)x & 15) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: the activations must be 16-byte aligned");
+    if (!fp4rl_cuda_has_sm90a(ctx)) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: needs a compute capability 9.0 device and a build with sm_90a code");
+    fp4rl_status st = fp4rl_cuda_enter(ctx);
+    if (st) return st;
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    WB p;
+    p.x = x;
+    p.codes = static_cast<const uint8_t *>(w->data);
+    p.wscales = w->scales;
+    p.bias = bias;
+    p.c = c;
+    p.M = (int)M;
+    p.N = (int)N;
+    p.K = (int)K;
+    p.ldc = (int)ldc;
+    p.row_bytes = w->q.row_bytes;
+    p.scale_cols = w->q.scale_cols;
+    p.tile = w->dtype == FP4RL_DTYPE_MXFP4 ? w->q.tile : 0;
+    p.chunks = (int)(K / KC);
+    /* The tile: NB the fewest activation rows (32, 64, 128) covering M, up to 128; 256 weight rows
+     * a CTA where that still gives a CTA a multiprocessor, else 128 (more CTAs). */
+    const int nb = M <= 32 ? 32 : M <= 64 ? 64 : 128;
+    const int64_t mblocks = (M + nb - 1) / nb;
+    const int sms = cu->sm_count > 0 ? cu->sm_count : 1;
+    const int mt = ((N + 255) / 256) * mblocks >= sms ? 2 : 1;
+    const int rows = 128 * mt;
+    const int64_t rblocks = (N + rows - 1) / rows;
+    if (mblocks > 65535) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: M = %lld too large", (long long)M);
+    /* split-K where the tiles leave multiprocessors idle: up to one CTA each, every slice at least
+     * 4 chunks (the ring's depth), at most 16 slices */
+    int want = slices;
+    if (want <= 0) {
+        const int64_t tiles = rblocks * mblocks;
+        want = tiles >= sms ? 1 : (int)(sms / tiles);
+        if (want > p.chunks / 4) want = p.chunks / 4;
+        if (want > 16) want = 16;
+    }
+    if (want < 1) want = 1;
+    if (want > p.chunks) want = p.chunks;
+    p.chunks_per_slice = (p.chunks + want - 1) / want;
+    p.slices = (p.chunks + p.chunks_per_slice - 1) / p.chunks_per_slice;
+    p.ws = NULL;
+    p.counters = cu->counters;
+    void *ws = NULL;
+    if (p.slices > 1) {
+        st = fp4rl_cuda_split_counters(ctx, (size_t)(rblocks * mblocks), &p.counters);
+        if (!st) st = fp4rl_cuda_alloc_bytes(ctx, &ws, (size_t)p.slices * (size_t)M * (size_t)N * sizeof(float));
+        if (st) return st;
+        p.ws = static_cast<float *>(ws);
+    }
+    if (rblocks * p.slices >= (1LL << 31)) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: N = %lld too large", (long long)N);
+    const dim3 grid((unsigned)(rblocks * p.slices), (unsigned)mblocks);
+    const bool hif4 = w->dtype == FP4RL_DTYPE_HIF4;
+    cudaError_t e;
+    if (mt == 2) e = hif4 ? wb_launch_mt<2, true>(p, nb, grid, cu->stream) : wb_launch_mt<2, false>(p, nb, grid, cu->stream);
+    else e = hif4 ? wb_launch_mt<1, true>(p, nb, grid, cu->stream) : wb_launch_mt<1, false>(p, nb, grid, cu->stream);
+    st = e != cudaSuccess ? fp4rl_cuda_fail(ctx, e, "w4b_gemm: shared memory attribute") : fp4rl_cuda_check_launch(ctx, "w4b_gemm");
+    fp4rl_cuda_free_bytes(ctx, ws); /* stream order keeps the block's next user after this kernel */
+    return st;
+}
