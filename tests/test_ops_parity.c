@@ -1129,6 +1129,52 @@ START_TEST(test_w4_ops)
 }
 END_TEST
 
+/* linear_forward_w4b (the BF16 operand times the packed weight): the GPU's against the CPU's (the
+ * BF16 GEMM over the dequantized weight) within summation-order noise, M across the kernel's
+ * activation tiles and split-K, with and without bias; linear_w4b_ok agrees on both contexts (the
+ * GPU refuses where it has no sm_90a kernel, and then so does the op). */
+START_TEST(test_w4b_ops)
+{
+    const int64_t K = 256, OUT = 200, MS[4] = {1, 37, 100, 300};
+    const fp4rl_dtype wf[4] = {FP4RL_DTYPE_HIF4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_MXFP4};
+    const int tiles[4] = {0, 64, 0, 32};
+    float *w = rnd(OUT * K, 0.3f), *b = rnd(OUT, 1), *db = upf(b, OUT);
+    for (int c = 0; c < 4; c++) {
+        fp4rl_tensor *qc = quant_on(cpu, w, OUT, K, wf[c], tiles[c]), *qg = quant_on(gpu, w, OUT, K, wf[c], tiles[c]);
+        OKG(C->linear_w4b_ok(cpu, qc));
+        if (G->linear_w4b_ok(gpu, qg) != FP4RL_OK) { /* no sm_90a kernel here: the op refuses too */
+            printf("  linear_forward_w4b: not on this GPU / build (%s)\n", fp4rl_last_error());
+            ck_assert_int_eq(G->linear_forward_w4b(gpu, db, NULL, qg, NULL, 1, K, OUT), FP4RL_ERR_UNSUPPORTED);
+            fp4rl_tensor_destroy(qc);
+            fp4rl_tensor_destroy(qg);
+            break;
+        }
+        for (int mi = 0; mi < 4; mi++) {
+            const int64_t M = MS[mi];
+            float *x = rnd(M * K, 1), *y = malloc((size_t)(M * OUT) * 4), *dy = NULL;
+            uint16_t *xb = malloc((size_t)(M * K) * 2);
+            OKG(C->pack_bf16(cpu, xb, K, x, M, K));
+            void *dxb = NULL;
+            ck_assert_int_eq(gpu->be->alloc(gpu, &dxb, (size_t)(M * K) * 2), FP4RL_OK);
+            ck_assert_int_eq(gpu->be->upload(gpu, dxb, xb, (size_t)(M * K) * 2), FP4RL_OK);
+            ck_assert_int_eq(gpu->be->alloc(gpu, (void **)&dy, (size_t)(M * OUT) * 4), FP4RL_OK);
+            for (int with_b = 0; with_b < 2; with_b++) {
+                OKG(C->linear_forward_w4b(cpu, y, xb, qc, with_b ? b : NULL, M, K, OUT));
+                OKG(G->linear_forward_w4b(gpu, dy, dxb, qg, with_b ? db : NULL, M, K, OUT));
+                cmp("linear_forward_w4b", dy, y, M * OUT, 1e-5);
+            }
+            free(x), free(y), free(xb);
+            dfree(dxb), dfree(dy);
+        }
+        printf("  linear_forward_w4b %s tile %d: the CPU's within 1e-5\n", fp4rl_dtype_name(wf[c]), tiles[c]);
+        fp4rl_tensor_destroy(qc);
+        fp4rl_tensor_destroy(qg);
+    }
+    free(w), free(b);
+    dfree(db);
+}
+END_TEST
+
 /* ---- end to end ---- */
 static char *read_text(const char *path)
 {
@@ -1280,6 +1326,7 @@ int main(void)
     tcase_add_test(tc, test_top_p_ops);
     tcase_add_test(tc, test_rollout_fused_ops);
     tcase_add_test(tc, test_w4_ops);
+    tcase_add_test(tc, test_w4b_ops);
     tcase_add_test(tc, test_fused_ops_halves);
     tcase_add_test(tc, test_model_fp32);
     tcase_add_test(tc, test_rl_step);

@@ -115,11 +115,15 @@ static void engine_case(const char *json, fp4rl_preset preset, fp4rl_numerics ro
     fp4rl_context_destroy(cpu);
 }
 
-/* W4A4: 4 prompts of at most 20 tokens, 8 completions each, so the prefill's and every decode
- * step's operand (ResQ: 2N rows) fits FP4RL_W4_MAX_ROWS and every GEMM of the blocks reads the
- * packed weights. */
-static void w4_case(fp4rl_resq resq)
+/* W4A4 (w4b 0: FP4RL_ROLLOUT_W4=1) or W4B (w4b 1: FP4RL_ROLLOUT_W4B=1, W4 off): 4 prompts of at
+ * most 20 tokens, 8 completions each, so the prefill's and every decode step's operand (ResQ: 2N
+ * rows) fits FP4RL_W4_MAX_ROWS and every GEMM of the blocks reads the packed weights; graph ==
+ * eager bitwise, and against the BF16 fused path (switch 0) the first step's tokens and log mu
+ * within summation-order noise. */
+static void w4_case(fp4rl_resq resq, int w4b)
 {
+    const char *env = w4b ? "FP4RL_ROLLOUT_W4B" : "FP4RL_ROLLOUT_W4";
+    if (w4b) setenv("FP4RL_ROLLOUT_W4", "0", 1);
     enum { P4 = 4, NEW4 = 16 };
     int32_t pr[80];
     size_t off[P4 + 1] = {0};
@@ -136,16 +140,17 @@ static void w4_case(fp4rl_resq resq)
     OK(fp4rl_model_create(&m, gpu, CFG, p, 9));
     fp4rl_rollout_cfg cfg = {.group = G, .max_new = NEW4, .temperature = 1.0f, .seed = 5};
     fp4rl_rollout_result graph, eager, bf;
-    setenv("FP4RL_ROLLOUT_W4", "1", 1);
+    setenv(env, "1", 1);
     OK(fp4rl_rollout_run(m, &cfg, pr, off, P4, &graph));
     m->rollout_eager = 1;
     OK(fp4rl_rollout_run(m, &cfg, pr, off, P4, &eager));
     m->rollout_eager = 0;
-    setenv("FP4RL_ROLLOUT_W4", "0", 1);
+    setenv(env, "0", 1);
     OK(fp4rl_rollout_run(m, &cfg, pr, off, P4, &bf));
+    unsetenv("FP4RL_ROLLOUT_W4B");
     setenv("FP4RL_ROLLOUT_W4", "1", 1);
-    ck_assert_int_eq(graph.w4_linears, 3 * 7);
-    ck_assert_int_eq(bf.w4_linears, 0);
+    ck_assert_int_eq(w4b ? graph.w4b_linears : graph.w4_linears, 3 * 7);
+    ck_assert_int_eq(w4b ? bf.w4b_linears : bf.w4_linears, 0);
     const int64_t n = graph.n_seqs;
     ck_assert_mem_eq(graph.lengths, eager.lengths, (size_t)n * sizeof(int64_t));
     ck_assert_mem_eq(graph.tokens, eager.tokens, (size_t)(n * NEW4) * sizeof(int32_t));
@@ -157,8 +162,8 @@ static void w4_case(fp4rl_resq resq)
         if (graph.tokens[i * NEW4] != bf.tokens[i * NEW4]) flips++;
         else lp = fmax(lp, fabs((double)graph.logprobs[i * NEW4] - bf.logprobs[i * NEW4]));
     }
-    printf("W4A4 resq %d: graphs == eager bitwise; vs BF16 fused: %lld/%lld first tokens differ, first-step max |d log mu| %.3g\n", (int)resq,
-           (long long)flips, (long long)n, lp);
+    printf("%s resq %d: graphs == eager bitwise; vs BF16 fused: %lld/%lld first tokens differ, first-step max |d log mu| %.3g\n",
+           w4b ? "W4B" : "W4A4", (int)resq, (long long)flips, (long long)n, lp);
     ck_assert_int_le(flips, 1);
     ck_assert_msg(lp <= 1e-4, "W4A4 vs BF16 first-step log mu differs by %g", lp);
     fp4rl_rollout_result_free(&graph);
@@ -169,9 +174,13 @@ static void w4_case(fp4rl_resq resq)
     fp4rl_context_destroy(gpu);
 }
 
-START_TEST(test_engine_w4) { w4_case(FP4RL_RESQ_OFF); }
+START_TEST(test_engine_w4) { w4_case(FP4RL_RESQ_OFF, 0); }
 END_TEST
-START_TEST(test_engine_w4_resq) { w4_case(FP4RL_RESQ_2_4); }
+START_TEST(test_engine_w4_resq) { w4_case(FP4RL_RESQ_2_4, 0); }
+END_TEST
+START_TEST(test_engine_w4b) { w4_case(FP4RL_RESQ_OFF, 1); }
+END_TEST
+START_TEST(test_engine_w4b_resq) { w4_case(FP4RL_RESQ_2_4, 1); }
 END_TEST
 
 START_TEST(test_engine_bf16) { engine_case(CFG, FP4RL_PRESET_DEFAULT, FP4RL_NUMERICS_BF16); }
@@ -213,6 +222,8 @@ int main(void)
     tcase_add_test(tc, test_engine_bf16_d64);
     tcase_add_test(tc, test_engine_w4);
     tcase_add_test(tc, test_engine_w4_resq);
+    tcase_add_test(tc, test_engine_w4b);
+    tcase_add_test(tc, test_engine_w4b_resq);
     tcase_add_test(tc, test_engine_swiglu_act_bf16);
     tcase_add_test(tc, test_engine_swiglu_act_hif4);
     suite_add_tcase(su, tc);

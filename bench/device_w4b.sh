@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The GPU checks and the speed of the packed-weight GEMM with BF16 activations (cuda/decode_w4b.h,
+# FP4RL_ROLLOUT_W4B) in one device call (~5 minutes), from one package made here and carried:
+#   DEVPACK_DIR=.devrun-b bash tools/devpack.sh build/cuda90/tests/{test_ops_parity,test_rollout_graphs,test_w4b} \
+#     build/cuda90/bench/{fp4rl_bench,fp4rl_scale_bench}
+# 1. test_w4b (the kernel against the dequantized weights and float64 sums); 2. fp4rl_bench w4b (vs
+# cuBLASLt BF16, M 1..512, N = K = 8192 and the 3B fused shapes); 3. the 3B HiF4 W4A4 + ResQ 2:4
+# and BF16 rollouts (16 x 8 and 2 x 8 of 128 + 256) with FP4RL_ROLLOUT_W4B on and off; 4.
+# test_ops_parity and test_rollout_graphs (FP4RL_SWIGLU_ACT=1: the activation kernel, swiglu_act,
+# the W4B engine), then the swiglu_act A/B. Logs in $OUT (the caller tars them).
+# Usage: bash bench/device_w4b.sh [pkg=.devrun-b]
+set -uo pipefail
+pkg=.devrun-b
+for a in "$@"; do
+  case $a in
+  pkg=*) pkg=${a#pkg=} ;;
+  *) echo "unknown argument: $a (see the usage at the top of $0)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p /tmp/optin /tmp/logs && tar xJf "$pkg/pkg.tar.xz" -C /tmp/optin || exit 1
+bin=/tmp/optin/pkg/bin L=/tmp/logs
+lt=$(dirname "$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=/tmp/optin/pkg/lib:$lt OPENBLAS_NUM_THREADS=1 FP4RL_FIXTURES=$PWD/tests/fixtures FP4RL_D8_QUICK=1
+nvidia-smi --query-gpu=name --format=csv,noheader
+(cd /tmp && timeout 150 $bin/test_w4b) > $L/test_w4b.log 2>&1
+echo "test_w4b rc=$? $(grep -E '^[0-9]+%: Checks' $L/test_w4b.log | tail -1) (t=$SECONDS)"; grep -E ":F:|:E:|w4b:|identity|random|3B" $L/test_w4b.log | cut -c1-400 | head -8
+(cd /tmp && timeout 90 stdbuf -oL $bin/fp4rl_bench 5 w4b) > $L/bench_w4b.md 2>&1; grep -E "^\||GB/s" $L/bench_w4b.md | head -40
+roll() { # numerics, prompts, then env settings; one line of tokens/s
+  local num=$1 P=$2; shift 2
+  env "$@" timeout 60 $bin/fp4rl_scale_bench bench/configs/qwen2.5-3b.json --numerics "$num" --rollout-only --prompts $P --group 8 \
+    --prompt-len 128 --new-tokens 256 --steps 2 > $L/r.json 2>&1
+  python3 -c "import json,sys; r=json.load(open('$L/r.json')); print('3b $num ${P}x8 $*: %.0f tok/s, %.2f ms a position' % (r['rollout_tok_s'], 1e3 * r['rollout_s'] / 256) if r.get('ok') else r)" 2>&1 | tail -1
+}
+echo "## rollouts (t=$SECONDS)"
+roll hif4 16 FP4RL_ROLLOUT_W4B=1
+roll hif4 16 FP4RL_ROLLOUT_W4B=0
+roll bf16 16 FP4RL_ROLLOUT_W4B=0
+roll hif4 2 FP4RL_ROLLOUT_W4B=1
+roll hif4 2 FP4RL_ROLLOUT_W4B=0
+roll bf16 2 FP4RL_ROLLOUT_W4B=0
+echo "## act kernel + swiglu_act tests (t=$SECONDS)"
+for t in test_ops_parity:70 test_rollout_graphs:90; do
+  n=${t%%:*}
+  (cd /tmp && env FP4RL_SWIGLU_ACT=1 timeout ${t#*:} $bin/$n) > $L/$n.log 2>&1
+  echo "$n rc=$? $(grep -E '^[0-9]+%: Checks' $L/$n.log | tail -1) (t=$SECONDS)"; grep -E ":F:|:E:" $L/$n.log | cut -c1-300 | head -8
+done
+roll hif4 16 FP4RL_SWIGLU_ACT=1
+roll hif4 16 FP4RL_SWIGLU_ACT=1 FP4RL_ROLLOUT_W4B=1
