@@ -8,12 +8,13 @@
 # and BF16 rollouts (16 x 8 and 2 x 8 of 128 + 256) with FP4RL_ROLLOUT_W4B on and off; 4.
 # test_ops_parity and test_rollout_graphs (FP4RL_SWIGLU_ACT=1: the activation kernel, swiglu_act,
 # the W4B engine), then the swiglu_act A/B. Logs in $OUT (the caller tars them).
-# Usage: bash bench/device_w4b.sh [pkg=.devrun-b]
+# Usage: bash bench/device_w4b.sh [pkg=.devrun-b] [budget=420]  (seconds after which no new step starts)
 set -uo pipefail
-pkg=.devrun-b
+pkg=.devrun-b budget=420
 for a in "$@"; do
   case $a in
   pkg=*) pkg=${a#pkg=} ;;
+  budget=*) budget=${a#budget=} ;;
   *) echo "unknown argument: $a (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
 done
@@ -27,6 +28,7 @@ echo "test_w4b rc=$? $(grep -E '^[0-9]+%: Checks' $L/test_w4b.log | tail -1) (t=
 (cd /tmp && timeout 90 stdbuf -oL $bin/fp4rl_bench 5 w4b) > $L/bench_w4b.md 2>&1; grep -E "^\||GB/s" $L/bench_w4b.md | head -40
 roll() { # numerics, prompts, then env settings; one line of tokens/s
   local num=$1 P=$2; shift 2
+  [ $SECONDS -lt $budget ] || { echo "skipped (budget): 3b $num ${P}x8 $*"; return; }
   env "$@" timeout 60 $bin/fp4rl_scale_bench bench/configs/qwen2.5-3b.json --numerics "$num" --rollout-only --prompts $P --group 8 \
     --prompt-len 128 --new-tokens 256 --steps 2 > $L/r.json 2>&1
   python3 -c "import json,sys; r=json.load(open('$L/r.json')); print('3b $num ${P}x8 $*: %.0f tok/s, %.2f ms a position' % (r['rollout_tok_s'], 1e3 * r['rollout_s'] / 256) if r.get('ok') else r)" 2>&1 | tail -1
@@ -41,6 +43,7 @@ roll bf16 2 FP4RL_ROLLOUT_W4B=0
 echo "## act kernel + swiglu_act tests (t=$SECONDS)"
 for t in test_ops_parity:70 test_rollout_graphs:90; do
   n=${t%%:*}
+  [ $SECONDS -lt $budget ] || { echo "skipped (budget): $n"; continue; }
   (cd /tmp && env FP4RL_SWIGLU_ACT=1 timeout ${t#*:} $bin/$n) > $L/$n.log 2>&1
   echo "$n rc=$? $(grep -E '^[0-9]+%: Checks' $L/$n.log | tail -1) (t=$SECONDS)"; grep -E ":F:|:E:" $L/$n.log | cut -c1-300 | head -8
 done

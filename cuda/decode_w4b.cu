@@ -29,7 +29,6 @@
 namespace {
 
 constexpr int KC = 64;      /* k a chunk (ring stage): one HiF4 unit, two MXFP4 units */
-constexpr int STAGES = 4;   /* ring stages; STAGES - 2 chunks are copied ahead (see the loop) */
 constexpr int THREADS = 256; /* two warpgroups */
 
 struct WB {
@@ -48,12 +47,15 @@ struct WB {
 
 /* One ring stage: activations [NB][128 bytes] (swizzled, 1024-byte aligned: first), weight codes
  * [ROWS][32 bytes], weight scales [ROWS][8 bytes] (HiF4: the unit's word; MXFP4: the aligned word
- * holding the chunk's first scale byte and the next one). */
+ * holding the chunk's first scale byte and the next one). STAGES stages, STAGES - 2 chunks copied
+ * ahead (see the loop): 8 for the small activation tiles, whose CTAs are bound by weight bytes in
+ * flight (Little's law at ~3 TB/s wants ~20 KB a multiprocessor), 4 for NB = 128 (26 KB a stage). */
 template <int MT, int NB>
 struct Stage {
     static constexpr int ROWS = 2 * MT * 64;
     static constexpr int A = 0, W = A + NB * 128, WS = W + ROWS * 32;
     static constexpr int BYTES = (WS + ROWS * 8 + 1023) / 1024 * 1024;
+    static constexpr int STAGES = NB <= 64 ? 8 : 4;
     static constexpr int SMEM = STAGES * BYTES + 1024; /* + the alignment of the dynamic window */
 };
 
@@ -202,6 +204,7 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using S = Stage<MT, NB>;
+    constexpr int STAGES = S::STAGES;
     constexpr int NR = NB / 2; /* accumulator registers of one m64 tile */
     extern __shared__ uint8_t wb_smem_raw[];
     __shared__ int last;
