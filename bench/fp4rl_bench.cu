@@ -50,6 +50,7 @@
  *   fp4rl_bench [reps] w4b           sections 1 and 11: the packed-weight GEMM with BF16 activations
  *                                    (cuda/decode_w4b.h, HiF4 / MXFP4 weights read packed) vs cuBLASLt
  *                                    BF16 at N = K = 8192 and the 3B fused shapes, M 1..512
+ *   fp4rl_bench [reps] w4bprof M N K only 3 + reps launches of the w4b kernel, HiF4 (for ncu)
  *   fp4rl_bench [reps] dgprof F M    only 3 + reps launches of the packed kernel, format F
  *                                    (mxfp4 / nvfp4 / hif4), M rows, N = K = 8192 (for ncu)
  *   fp4rl_bench [reps] attn          sections 1 and 7: the decode attention (attention_rows) at the
@@ -838,6 +839,19 @@ int main(int argc, char **argv)
     }
     if (argc > 2 && strcmp(argv[2], "lt") == 0) {
         lt_section(copy_bandwidth(), prop.l2CacheSize);
+        fp4rl_context_destroy(ctx);
+        return 0;
+    }
+    if (argc > 5 && strcmp(argv[2], "w4bprof") == 0) { /* 3 + reps launches of the w4b kernel alone, HiF4 (for ncu) */
+        const int64_t M = atoll(argv[3]), N = atoll(argv[4]), K = atoll(argv[5]);
+        fp4rl_tensor *w = random_bf16(N, K, 3), *x = random_bf16(M, K, 4), *q;
+        fp4rl_quant_policy *p = policy(FP4RL_DTYPE_HIF4, 0, 0);
+        CK(fp4rl_quantize(&q, ctx, w, FP4RL_DTYPE_HIF4, p, FP4RL_ROLE_WEIGHT));
+        float *y;
+        CU(cudaMalloc(&y, (size_t)(M * N) * 4));
+        for (int i = 0; i < 3 + reps; i++) CK(fp4rl_cuda_w4b_gemm(ctx, y, N, static_cast<const uint16_t *>(x->data), M, q, NULL, 0));
+        CU(cudaStreamSynchronize(stream));
+        printf("w4bprof: %d launches, M %lld N %lld K %lld\n", 3 + reps, (long long)M, (long long)N, (long long)K);
         fp4rl_context_destroy(ctx);
         return 0;
     }

@@ -161,41 +161,85 @@ __device__ __forceinline__ void wb_mma<128>(float (&d)[64], const uint32_t (&a)[
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
-/* The copies of chunk c into the stage at shared address st (all threads; zero-filled past N and
- * M; one commit group always). */
+/* The copies of one CTA's chunks (all threads). Everything that does not change from chunk to chunk
+ * (global pointers, shared destinations, the row bounds) is computed once here, so a chunk's issue
+ * is the copies and pointer increments: at decode sizes the loop's instruction count bounds the
+ * kernel, and 64-bit address arithmetic per chunk was a fifth of it. Zero-filled past N and M; one
+ * commit group per call always. */
 template <int MT, int NB, bool HIF4>
-__device__ __forceinline__ void wb_issue(const WB &p, int c, int cend, uint32_t st, int n0, int m0, int tid)
-{
+struct WbCopies {
     using S = Stage<MT, NB>;
-    if (c < cend) {
+    static constexpr int NA = NB * 8 / THREADS;       /* activation copies of 16 bytes a thread */
+    static constexpr int NC = S::ROWS * 2 / THREADS;  /* code copies of 16 bytes a thread */
+    static constexpr bool SC = S::ROWS <= THREADS;    /* scales: threads 0 .. ROWS - 1, one row each */
+    static_assert(NA >= 1 && NC >= 1 && SC, "the tile's copies");
+    const uint16_t *ap[NA];
+    const uint8_t *cp[NC];
+    const uint8_t *sp;
+    uint32_t adst[NA], cdst[NC];
+    bool alive[NA], clive[NC], slive;
+    int b3; /* MXFP4: the row's first scale byte of chunk cbeg, its offset in the aligned word */
+
+    __device__ __forceinline__ WbCopies(const WB &p, int cbeg, int n0, int m0, int tid)
+    {
 #pragma unroll
-        for (int i = 0; i < NB * 8 / THREADS; i++) { /* activations: NB rows x 8 chunks of 16 bytes */
+        for (int i = 0; i < NA; i++) { /* activations: NB rows x 8 chunks of 16 bytes */
             const int q = tid + i * THREADS, r = q >> 3, ch = q & 7, m = m0 + r;
-            const bool live = m < p.M;
-            cp16(st + S::A + r * 128 + ((ch ^ (r & 7)) << 4), p.x + (live ? (int64_t)m * p.K : 0) + c * KC + ch * 8, live);
+            alive[i] = m < p.M;
+            ap[i] = p.x + (alive[i] ? (int64_t)m * p.K : 0) + (int64_t)cbeg * KC + ch * 8;
+            adst[i] = S::A + r * 128 + ((ch ^ (r & 7)) << 4);
         }
 #pragma unroll
-        for (int i = 0; i < S::ROWS * 2 / THREADS; i++) { /* codes: ROWS rows x 2 chunks of 16 bytes */
+        for (int i = 0; i < NC; i++) { /* codes: ROWS rows x 2 chunks of 16 bytes */
             const int q = tid + i * THREADS, r = q >> 1, h = q & 1, n = n0 + r;
-            const bool live = n < p.N;
-            cp16(st + S::W + r * 32 + h * 16, p.codes + (live ? (int64_t)n * p.row_bytes : 0) + c * (KC / 2) + h * 16, live);
+            clive[i] = n < p.N;
+            cp[i] = p.codes + (clive[i] ? (int64_t)n * p.row_bytes : 0) + (int64_t)cbeg * (KC / 2) + h * 16;
+            cdst[i] = S::W + r * 32 + h * 16;
         }
-        for (int r = tid; r < S::ROWS; r += THREADS) {
-            const int n = n0 + r;
-            const bool live = n < p.N;
-            const int64_t nn = live ? n : 0;
-            if constexpr (HIF4) {
-                cp4(st + S::WS + r * 8, static_cast<const uint32_t *>(p.wscales) + nn * p.scale_cols + c, live);
-            } else {
-                const int64_t b = (p.tile ? (nn >> 5) : nn) * p.scale_cols + 2 * (int64_t)c;
-                const uint8_t *w = static_cast<const uint8_t *>(p.wscales) + (b & ~(int64_t)3);
-                cp4(st + S::WS + r * 8, w, live);
-                cp4(st + S::WS + r * 8 + 4, w + 4, live && (b & 3) == 3);
-            }
+        const int n = n0 + tid;
+        slive = tid < S::ROWS && n < p.N;
+        const int64_t nn = slive ? n : 0;
+        if constexpr (HIF4) {
+            sp = static_cast<const uint8_t *>(p.wscales) + (nn * p.scale_cols + cbeg) * 4;
+            b3 = 0;
+        } else {
+            const int64_t b = (p.tile ? (nn >> 5) : nn) * p.scale_cols + 2 * (int64_t)cbeg;
+            b3 = (int)(b & 3);
+            sp = static_cast<const uint8_t *>(p.wscales) + (b & ~(int64_t)3);
         }
     }
-    cp_commit();
-}
+
+    /* Chunk c (c = cbeg, cbeg + 1, ... in order: each call advances the pointers) into the stage at
+     * shared address st. */
+    __device__ __forceinline__ void issue(int c, int cend, uint32_t st, int tid)
+    {
+        if (c < cend) {
+#pragma unroll
+            for (int i = 0; i < NA; i++) {
+                cp16(st + adst[i], ap[i], alive[i]);
+                ap[i] += KC;
+            }
+#pragma unroll
+            for (int i = 0; i < NC; i++) {
+                cp16(st + cdst[i], cp[i], clive[i]);
+                cp[i] += KC / 2;
+            }
+            if (tid < S::ROWS) {
+                const uint32_t sd = st + S::WS + tid * 8;
+                if constexpr (HIF4) {
+                    cp4(sd, sp, slive);
+                    sp += 4;
+                } else { /* the two scale bytes at offset b3: the second word only when they straddle */
+                    cp4(sd, sp, slive);
+                    cp4(sd + 4, sp + 4, slive && b3 == 3);
+                    sp += (b3 + 2) & 4; /* the aligned word advances when the bytes pass it */
+                    b3 = (b3 + 2) & 3;
+                }
+            }
+        }
+        cp_commit();
+    }
+};
 
 #endif /* __CUDA_ARCH_FEAT_SM90_ALL */
 
@@ -237,8 +281,9 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
 #pragma unroll
         for (int i = 0; i < NR; i++) acc[mt][i] = 0.0f;
 
+    WbCopies<MT, NB, HIF4> copies(p, cbeg, n0, m0, tid);
 #pragma unroll
-    for (int i = 0; i < STAGES - 2; i++) wb_issue<MT, NB, HIF4>(p, cbeg + i, cend, sbase + (uint32_t)(((cbeg + i) % STAGES) * S::BYTES), n0, m0, tid);
+    for (int i = 0; i < STAGES - 2; i++) copies.issue(cbeg + i, cend, sbase + (uint32_t)(((cbeg + i) % STAGES) * S::BYTES), tid);
 
     for (int c = cbeg; c < cend; c++) {
         /* chunk c landed (this thread's copies), for every thread and for wgmma's async reads */
@@ -247,7 +292,7 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
         __syncthreads();
         /* chunk c + STAGES - 2 into the stage of chunk c - 2: every thread passed chunk c - 1's
          * step 0 (barrier above), whose wait_group 1 retired all of chunk c - 2's wgmmas */
-        wb_issue<MT, NB, HIF4>(p, c + STAGES - 2, cend, sbase + (uint32_t)(((c + STAGES - 2) % STAGES) * S::BYTES), n0, m0, tid);
+        copies.issue(c + STAGES - 2, cend, sbase + (uint32_t)(((c + STAGES - 2) % STAGES) * S::BYTES), tid);
         const int so = (c % STAGES) * S::BYTES;
         const uint8_t *st = smem + so;
         /* the chunk's scales of this thread's rows */
@@ -345,25 +390,33 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
 #endif
 }
 
+/* The kernel's shared-memory attribute (set once per instantiation) and its CTAs a multiprocessor. */
 template <int MT, int NB, bool HIF4>
-cudaError_t wb_launch_one(const WB &p, dim3 grid, cudaStream_t s)
+cudaError_t wb_prepare(int *occ)
 {
     using S = Stage<MT, NB>;
-    static bool attr = false; /* per instantiation; every device of a process gets the same value */
-    if (!attr) {
-        const cudaError_t e = cudaFuncSetAttribute(wb_kernel<MT, NB, HIF4>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
+    static int cached = 0; /* per instantiation; every device of a process gets the same value */
+    if (!cached) {
+        cudaError_t e = cudaFuncSetAttribute(wb_kernel<MT, NB, HIF4>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cached, wb_kernel<MT, NB, HIF4>, THREADS, S::SMEM);
         if (e != cudaSuccess) return e;
-        attr = true;
+        if (cached < 1) cached = 1;
     }
-    wb_kernel<MT, NB, HIF4><<<grid, THREADS, S::SMEM, s>>>(p);
+    *occ = cached;
     return cudaSuccess;
 }
+/* wb_prepare (grid 0) or the launch, for the tile (mt, nb) and the format. */
 template <int MT, bool HIF4>
-cudaError_t wb_launch_mt(const WB &p, int nb, dim3 grid, cudaStream_t s)
+cudaError_t wb_dispatch_mt(const WB &p, int nb, dim3 grid, cudaStream_t s, int *occ)
 {
-    if (nb == 32) return wb_launch_one<MT, 32, HIF4>(p, grid, s);
-    if (nb == 64) return wb_launch_one<MT, 64, HIF4>(p, grid, s);
-    return wb_launch_one<MT, 128, HIF4>(p, grid, s);
+    if (nb == 32) return grid.x ? (wb_kernel<MT, 32, HIF4><<<grid, THREADS, Stage<MT, 32>::SMEM, s>>>(p), cudaSuccess) : wb_prepare<MT, 32, HIF4>(occ);
+    if (nb == 64) return grid.x ? (wb_kernel<MT, 64, HIF4><<<grid, THREADS, Stage<MT, 64>::SMEM, s>>>(p), cudaSuccess) : wb_prepare<MT, 64, HIF4>(occ);
+    return grid.x ? (wb_kernel<MT, 128, HIF4><<<grid, THREADS, Stage<MT, 128>::SMEM, s>>>(p), cudaSuccess) : wb_prepare<MT, 128, HIF4>(occ);
+}
+cudaError_t wb_dispatch(const WB &p, int mt, int nb, bool hif4, dim3 grid, cudaStream_t s, int *occ)
+{
+    if (mt == 2) return hif4 ? wb_dispatch_mt<2, true>(p, nb, grid, s, occ) : wb_dispatch_mt<2, false>(p, nb, grid, s, occ);
+    return hif4 ? wb_dispatch_mt<1, true>(p, nb, grid, s, occ) : wb_dispatch_mt<1, false>(p, nb, grid, s, occ);
 }
 
 int wb_weight_ok(const fp4rl_tensor *w)
@@ -411,21 +464,30 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     p.scale_cols = w->q.scale_cols;
     p.tile = w->dtype == FP4RL_DTYPE_MXFP4 ? w->q.tile : 0;
     p.chunks = (int)(K / KC);
-    /* The tile: NB the fewest activation rows (32, 64, 128) covering M, up to 128; 256 weight rows
-     * a CTA where that still gives a CTA a multiprocessor, else 128 (more CTAs). */
+    /* The tile: NB the fewest activation rows (32, 64, 128) covering M, up to 128; 256 weight rows a
+     * CTA (two m64 tiles a warpgroup: the per-chunk copies and barrier over twice the work) where
+     * NB <= 64 or that still gives a CTA a multiprocessor, else 128 (more CTAs). */
     const int nb = M <= 32 ? 32 : M <= 64 ? 64 : 128;
     const int64_t mblocks = (M + nb - 1) / nb;
     const int sms = cu->sm_count > 0 ? cu->sm_count : 1;
-    const int mt = ((N + 255) / 256) * mblocks >= sms ? 2 : 1;
+    const int mt = nb <= 64 || ((N + 255) / 256) * mblocks >= sms ? 2 : 1;
     const int rows = 128 * mt;
     const int64_t rblocks = (N + rows - 1) / rows;
     if (mblocks > 65535) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: M = %lld too large", (long long)M);
-    /* split-K where the tiles leave multiprocessors idle: up to one CTA each, every slice at least
-     * 4 chunks (the ring's depth), at most 16 slices */
-    int want = slices;
+    const bool hif4 = w->dtype == FP4RL_DTYPE_HIF4;
+    int occ = 1;
+    cudaError_t e = wb_dispatch(p, mt, nb, hif4, dim3(0, 0), cu->stream, &occ);
+    if (e != cudaSuccess) return fp4rl_cuda_fail(ctx, e, "w4b_gemm: shared memory attribute");
+    /* split-K up to the CTAs the device holds at once (occ a multiprocessor), while the slices'
+     * partials (written and read again, 8 M bytes a weight row a slice) stay below the weight's
+     * bytes (K / 2 a row) and every slice keeps 4 chunks; at most 16 slices */
+    const char *senv = getenv("FP4RL_W4B_SLICES"); /* n slices where the caller left the choice: a tuning knob (read at every call) */
+    int want = slices > 0 ? slices : senv && atoi(senv) > 0 ? atoi(senv) : 0;
     if (want <= 0) {
-        const int64_t tiles = rblocks * mblocks;
-        want = tiles >= sms ? 1 : (int)(sms / tiles);
+        const int64_t tiles = rblocks * mblocks, target = (int64_t)occ * sms;
+        want = (int)((target + tiles - 1) / tiles);
+        const int64_t by_bytes = K / (16 * M);
+        if (want > by_bytes) want = (int)by_bytes;
         if (want > p.chunks / 4) want = p.chunks / 4;
         if (want > 16) want = 16;
     }
@@ -433,6 +495,7 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     if (want > p.chunks) want = p.chunks;
     p.chunks_per_slice = (p.chunks + want - 1) / want;
     p.slices = (p.chunks + p.chunks_per_slice - 1) / p.chunks_per_slice;
+    if (rblocks * p.slices >= (1LL << 31)) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: N = %lld too large", (long long)N);
     p.ws = NULL;
     p.counters = cu->counters;
     void *ws = NULL;
@@ -442,13 +505,9 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
         if (st) return st;
         p.ws = static_cast<float *>(ws);
     }
-    if (rblocks * p.slices >= (1LL << 31)) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: N = %lld too large", (long long)N);
     const dim3 grid((unsigned)(rblocks * p.slices), (unsigned)mblocks);
-    const bool hif4 = w->dtype == FP4RL_DTYPE_HIF4;
-    cudaError_t e;
-    if (mt == 2) e = hif4 ? wb_launch_mt<2, true>(p, nb, grid, cu->stream) : wb_launch_mt<2, false>(p, nb, grid, cu->stream);
-    else e = hif4 ? wb_launch_mt<1, true>(p, nb, grid, cu->stream) : wb_launch_mt<1, false>(p, nb, grid, cu->stream);
-    st = e != cudaSuccess ? fp4rl_cuda_fail(ctx, e, "w4b_gemm: shared memory attribute") : fp4rl_cuda_check_launch(ctx, "w4b_gemm");
+    e = wb_dispatch(p, mt, nb, hif4, grid, cu->stream, &occ);
+    st = e != cudaSuccess ? fp4rl_cuda_fail(ctx, e, "w4b_gemm: launch") : fp4rl_cuda_check_launch(ctx, "w4b_gemm");
     fp4rl_cuda_free_bytes(ctx, ws); /* stream order keeps the block's next user after this kernel */
     return st;
 }
