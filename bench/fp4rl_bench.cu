@@ -515,8 +515,8 @@ static void w4b_section(double copy_bw, double l2)
         const char *name;
         int64_t N, K;
     };
-    const Shape shapes[] = {{"8192 x 8192", 8192, 8192}, {"3B q|k|v", 2560, 2048}, {"3B o", 2048, 2048},
-                            {"3B gate|up", 22016, 2048}, {"3B down", 2048, 11008}};
+    const Shape shapes[] = {{"8192 x 8192", 8192, 8192}, {"3B q+k+v", 2560, 2048}, {"3B o", 2048, 2048},
+                            {"3B gate+up", 22016, 2048}, {"3B down", 2048, 11008}};
     const int64_t Ms[] = {1, 16, 64, 128, 256, 512};
     const fp4rl_dtype fmts[2] = {FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP4};
     printf("\n## Packed-weight GEMM, BF16 activations (cuda/decode_w4b.h) vs cuBLASLt BF16 on the BF16 weight, FP32 output, weights rotated "
