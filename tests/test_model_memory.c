@@ -118,6 +118,42 @@ START_TEST(test_deep_rl_step)
 }
 END_TEST
 
+/* The W4B decode path (issue 16: the BF16 operand times the packed weights) at real depth and
+ * vocabulary: the model and rollout of test_deep_w4_rollout with FP4RL_ROLLOUT_W4B=1 against =0. On
+ * the CPU linear_forward_w4b is the BF16 GEMM over the same BF16 weight words, so every token and
+ * log mu is the same bit for bit, and every block linear of all 28 layers took the path. */
+START_TEST(test_deep_w4b_rollout)
+{
+    const char *cfg = "{\"model_type\": \"qwen2\", \"vocab_size\": 151936, \"hidden_size\": 64, \"intermediate_size\": 128,"
+                      " \"num_hidden_layers\": 28, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+                      " \"max_position_embeddings\": 64, \"tie_word_embeddings\": true}";
+    fp4rl_quant_policy *p = preset_policy(FP4RL_PRESET_HIF4_RL, 0);
+    ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_ROLLOUT_NUMERICS, FP4RL_NUMERICS_W4A4), FP4RL_OK);
+    ck_assert_int_eq(fp4rl_quant_policy_set(p, FP4RL_QP_RESQ, FP4RL_RESQ_2_4), FP4RL_OK);
+    fp4rl_model *m;
+    ck_assert_msg(fp4rl_model_create(&m, ctx, cfg, p, 1) == FP4RL_OK, "%s", fp4rl_last_error());
+    const int32_t prompts[7] = {151935, 4, 1000, 77, 150000, 3, 9};
+    const size_t off[3] = {0, 4, 7};
+    fp4rl_rollout_cfg rc = {.group = 4, .max_new = 3, .temperature = 1.0f, .seed = 3};
+    fp4rl_rollout_result r4, rb;
+    setenv("FP4RL_ROLLOUT_W4B", "1", 1);
+    ck_assert_msg(fp4rl_rollout_run(m, &rc, prompts, off, 2, &r4) == FP4RL_OK, "%s", fp4rl_last_error());
+    setenv("FP4RL_ROLLOUT_W4B", "0", 1);
+    ck_assert_msg(fp4rl_rollout_run(m, &rc, prompts, off, 2, &rb) == FP4RL_OK, "%s", fp4rl_last_error());
+    unsetenv("FP4RL_ROLLOUT_W4B");
+    ck_assert_int_eq(r4.w4b_linears, 28 * 7);
+    ck_assert_int_eq(rb.w4b_linears, 0);
+    ck_assert_int_eq(r4.n_seqs, rb.n_seqs);
+    ck_assert(!memcmp(r4.tokens, rb.tokens, (size_t)(r4.n_seqs * 3) * sizeof(int32_t)));
+    ck_assert(!memcmp(r4.logprobs, rb.logprobs, (size_t)(r4.n_seqs * 3) * sizeof(float)));
+    printf("28 layers, vocab 151936, HiF4 W4A4 + ResQ 2:4: W4B rollout bit for bit the BF16 fused one\n");
+    fp4rl_rollout_result_free(&r4);
+    fp4rl_rollout_result_free(&rb);
+    fp4rl_model_destroy(m);
+    fp4rl_quant_policy_destroy(p);
+}
+END_TEST
+
 /* The W4A4 decode path (issue 16) at real depth and vocabulary: 28 layers whose every K is whole
  * HiF4 units (width 64, intermediate 128), vocabulary 151,936, the HiF4 RL preset's W4A4 rollout
  * with ResQ 2:4. With FP4RL_ROLLOUT_W4=1 every block linear reads the packed weights (the CPU's
@@ -492,6 +528,7 @@ int main(void)
     tcase_add_test(tc, test_deep_model_runs);
     tcase_add_test(tc, test_deep_rl_step);
     tcase_add_test(tc, test_deep_w4_rollout);
+    tcase_add_test(tc, test_deep_w4b_rollout);
     tcase_add_test(tc, test_chunked_head_equals_unchunked);
     tcase_add_test(tc, test_microbatches_equal_one_pass);
     tcase_add_test(tc, test_rl_microbatches_equal_one_pass);
