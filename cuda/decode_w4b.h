@@ -15,8 +15,8 @@
  * Kernel: Hopper wgmma m64nNk16 BF16 with the weights as the register-sourced A (64 weight rows a
  * warpgroup tile) and the activations as the shared-memory B (N = 32, 64 or 128 activation rows
  * a CTA, 128-byte swizzled, K-major), two warpgroups of one or two m64 tiles each (128 or 256
- * weight rows a CTA), a 4-stage cp.async ring of 64-k chunks, the next step's weights dequantized
- * while the current step's MMAs run (two A register sets, wait_group 1).
+ * weight rows a CTA), a cp.async ring of 64-k chunks (8 stages for 32-64 activation rows, 4 for
+ * 128), the next step's weights dequantized while the current step's MMAs run (wait_group 1).
  *
  * Limits (FP4RL_ERR_UNSUPPORTED with a message otherwise, so a caller can fall back): a compute
  * capability 9.0 device and a build with sm_90a code; W 2D HiF4 (1D or 2D words) or MXFP4 (1D
