@@ -5,9 +5,9 @@
 #     build/cuda90/bench/{fp4rl_bench,fp4rl_scale_bench}
 # 1. test_w4b (the kernel against the dequantized weights and float64 sums); 2. fp4rl_bench w4b (vs
 # cuBLASLt BF16, M 1..512, N = K = 8192 and the 3B fused shapes); 3. the 3B HiF4 W4A4 + ResQ 2:4
-# and BF16 rollouts (16 x 8 and 2 x 8 of 128 + 256) with FP4RL_ROLLOUT_W4B on and off; 4.
+# and BF16 rollouts (16 x 8 of 128 + 256) with FP4RL_ROLLOUT_W4B on and off; 4.
 # test_ops_parity and test_rollout_graphs (FP4RL_SWIGLU_ACT=1: the activation kernel, swiglu_act,
-# the W4B engine), then the swiglu_act A/B. Logs in $OUT (the caller tars them).
+# the W4B engine), then the swiglu_act A/B (HiF4 and BF16). Logs in $OUT (the caller tars them).
 # Usage: bash bench/device_w4b.sh [pkg=.devrun-b] [budget=420]  (seconds after which no new step starts)
 set -uo pipefail
 pkg=.devrun-b budget=420
@@ -37,9 +37,6 @@ echo "## rollouts (t=$SECONDS)"
 roll hif4 16 FP4RL_ROLLOUT_W4B=1
 roll hif4 16 FP4RL_ROLLOUT_W4B=0
 roll bf16 16 FP4RL_ROLLOUT_W4B=0
-roll hif4 2 FP4RL_ROLLOUT_W4B=1
-roll hif4 2 FP4RL_ROLLOUT_W4B=0
-roll bf16 2 FP4RL_ROLLOUT_W4B=0
 echo "## act kernel + swiglu_act tests (t=$SECONDS)"
 for t in test_ops_parity:70 test_rollout_graphs:90; do
   n=${t%%:*}
@@ -48,4 +45,7 @@ for t in test_ops_parity:70 test_rollout_graphs:90; do
   echo "$n rc=$? $(grep -E '^[0-9]+%: Checks' $L/$n.log | tail -1) (t=$SECONDS)"; grep -E ":F:|:E:" $L/$n.log | cut -c1-300 | head -8
 done
 roll hif4 16 FP4RL_SWIGLU_ACT=1
+roll hif4 16 FP4RL_SWIGLU_ACT=0
+roll bf16 16 FP4RL_SWIGLU_ACT=1
+roll bf16 16 FP4RL_SWIGLU_ACT=0
 roll hif4 16 FP4RL_SWIGLU_ACT=1 FP4RL_ROLLOUT_W4B=1
