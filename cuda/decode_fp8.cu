@@ -92,17 +92,6 @@ __device__ __forceinline__ int rev2(int x) { return ((x & 1) << 1) | ((x >> 1) &
 __device__ __forceinline__ int wswz(int r, int c) { return r * 64 + ((c ^ rev2((r >> 1) & 3)) << 4); }
 __device__ __forceinline__ int aswz(int r, int c) { return r * KC + ((c ^ (rev2(r & 3) << 1)) << 4); }
 
-/* cp.async to a shared address (the CTA window's 32-bit offset); live false: zero-fill, the
- * source is not read. */
-__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void *src, bool live)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async4_s(uint32_t dst, const void *src, bool live)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 4 : 0));
-}
-
 /* d = a b over one 16 x 8 x 32 E4M3 step from zero (F32). */
 __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
@@ -127,17 +116,11 @@ __device__ __forceinline__ uint32_t enc4(uint32_t lo, uint32_t hi, uint32_t sel,
 /* The sign bytes of the codes of a word (nibble e = code e): for codes 0..3 (lo) and 4..7 (hi).
  * prmt's sign mode (selector bit 3) replicates bit 7 of the chosen byte: bit 7 of byte b of w is
  * the sign of code 2b + 1, of w << 4 the sign of code 2b. */
-__device__ __forceinline__ uint32_t prmt_sign(uint32_t a, uint32_t b, uint32_t sel)
-{
-    uint32_t d; /* PTX prmt (default mode): __byte_perm documents only the 3-bit selectors */
-    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
 __device__ __forceinline__ void signs8(uint32_t w, uint32_t &lo, uint32_t &hi)
 {
     const uint32_t w4 = w << 4;
-    lo = prmt_sign(w4, w, 0xD9C8u);
-    hi = prmt_sign(w4, w, 0xFBEAu);
+    lo = prmt_b32(w4, w, 0xD9C8u);
+    hi = prmt_b32(w4, w, 0xFBEAu);
 }
 
 /* The pre-pass's tables (gemm_fp8.cu, prepass_*_vec_kernel): E4M3 of k * 2^inc (HiF4) and of

@@ -24,9 +24,11 @@
 #include "format/formats.h"
 #include "format/layout.h"
 #include "gemm_fp8.h" /* fp4rl_cuda_has_sm90a */
+#include "mma_common.cuh"
 #include "wgmma_common.cuh"
 
 namespace {
+using namespace fp4rl_cuda_mma;
 
 constexpr int KC = 64;      /* k a chunk (ring stage): one HiF4 unit, two MXFP4 units */
 constexpr int THREADS = 256; /* two warpgroups */
@@ -61,27 +63,6 @@ struct Stage {
 
 /* The device code below exists in the sm_90a pass only (the kernel's body is a trap elsewhere). */
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ void cp16(uint32_t dst, const void *src, bool live)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 16 : 0));
-}
-__device__ __forceinline__ void cp4(uint32_t dst, const void *src, bool live)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 4 : 0));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
-{
-    uint32_t d; /* PTX prmt, default mode: selector bit 3 replicates the chosen byte's sign */
-    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
-
 /* The BF16 bits of the 8 magnitudes, high bytes and low bytes, k = 0..3 in the first word. */
 constexpr uint32_t HIF4_HI0 = 0x40403F00u, HIF4_HI1 = 0x40404040u, HIF4_LO0 = 0x40008000u, HIF4_LO1 = 0xE0C0A080u; /* k */
 constexpr uint32_t MX_HI0 = 0x3F3F3F00u, MX_HI1 = 0x40404040u, MX_LO0 = 0xC0800000u, MX_LO1 = 0xC0804000u;       /* e2m1(k) */
@@ -92,12 +73,12 @@ template <bool HIF4>
 __device__ __forceinline__ void deq4(uint32_t y, uint32_t &r0, uint32_t &r1)
 {
     const uint32_t sel = y & 0x7777u;
-    const uint32_t hi = prmt(HIF4 ? HIF4_HI0 : MX_HI0, HIF4 ? HIF4_HI1 : MX_HI1, sel);
-    const uint32_t lo = prmt(HIF4 ? HIF4_LO0 : MX_LO0, HIF4 ? HIF4_LO1 : MX_LO1, sel);
+    const uint32_t hi = prmt_b32(HIF4 ? HIF4_HI0 : MX_HI0, HIF4 ? HIF4_HI1 : MX_HI1, sel);
+    const uint32_t lo = prmt_b32(HIF4 ? HIF4_LO0 : MX_LO0, HIF4 ? HIF4_LO1 : MX_LO1, sel);
     /* sign of code 2b: bit 7 of byte b of y << 4; of code 2b + 1: bit 7 of byte b of y */
     const uint32_t y4 = y << 4;
-    r0 = prmt(lo, hi, 0x5140u) | (prmt(y4, y, 0xC080u) & 0x80008000u);
-    r1 = prmt(lo, hi, 0x7362u) | (prmt(y4, y, 0xD090u) & 0x80008000u);
+    r0 = prmt_b32(lo, hi, 0x5140u) | (prmt_b32(y4, y, 0xC080u) & 0x80008000u);
+    r1 = prmt_b32(lo, hi, 0x7362u) | (prmt_b32(y4, y, 0xD090u) & 0x80008000u);
 }
 __device__ __forceinline__ uint32_t bmul2(uint32_t a, uint32_t b)
 {
@@ -216,28 +197,28 @@ struct WbCopies {
         if (c < cend) {
 #pragma unroll
             for (int i = 0; i < NA; i++) {
-                cp16(st + adst[i], ap[i], alive[i]);
+                cp_async16_s(st + adst[i], ap[i], alive[i]);
                 ap[i] += KC;
             }
 #pragma unroll
             for (int i = 0; i < NC; i++) {
-                cp16(st + cdst[i], cp[i], clive[i]);
+                cp_async16_s(st + cdst[i], cp[i], clive[i]);
                 cp[i] += KC / 2;
             }
             if (tid < S::ROWS) {
                 const uint32_t sd = st + S::WS + tid * 8;
                 if constexpr (HIF4) {
-                    cp4(sd, sp, slive);
+                    cp_async4_s(sd, sp, slive);
                     sp += 4;
                 } else { /* the two scale bytes at offset b3: the second word only when they straddle */
-                    cp4(sd, sp, slive);
-                    cp4(sd + 4, sp + 4, slive && b3 == 3);
+                    cp_async4_s(sd, sp, slive);
+                    cp_async4_s(sd + 4, sp + 4, slive && b3 == 3);
                     sp += (b3 + 2) & 4; /* the aligned word advances when the bytes pass it */
                     b3 = (b3 + 2) & 3;
                 }
             }
         }
-        cp_commit();
+        cp_async_commit();
     }
 };
 
@@ -287,7 +268,7 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
 
     for (int c = cbeg; c < cend; c++) {
         /* chunk c landed (this thread's copies), for every thread and for wgmma's async reads */
-        cp_wait<STAGES - 3>();
+        cp_async_wait<STAGES - 3>();
         wg_fence_proxy_async();
         __syncthreads();
         /* chunk c + STAGES - 2 into the stage of chunk c - 2: every thread passed chunk c - 1's
@@ -307,7 +288,7 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
                 } else {
                     const uint2 v = *reinterpret_cast<const uint2 *>(st + S::WS + rl * 8);
                     const uint32_t o = (uint32_t)((rb3[mt][hh] + 2 * c) & 3);
-                    const uint32_t e2 = prmt(v.x, v.y, o | ((o + 1) << 4));
+                    const uint32_t e2 = prmt_b32(v.x, v.y, o | ((o + 1) << 4));
                     sc[mt][hh][0] = mx_scale2(e2 & 0xFFu);
                     sc[mt][hh][1] = mx_scale2((e2 >> 8) & 0xFFu);
                 }
@@ -321,7 +302,7 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
                 for (int hh = 0; hh < 2; hh++) {
                     const int rl = rl0 + 64 * mt + 8 * hh;
                     const uint2 cw = *reinterpret_cast<const uint2 *>(st + S::W + rl * 32 + 8 * s);
-                    const uint32_t y = prmt(cw.x, cw.y, selg); /* byte 0: k 16s + 2t, +1; byte 1: k + 8 */
+                    const uint32_t y = prmt_b32(cw.x, cw.y, selg); /* byte 0: k 16s + 2t, +1; byte 1: k + 8 */
                     uint32_t v0, v1;
                     deq4<HIF4>(y, v0, v1);
                     uint32_t s0, s1;
@@ -345,7 +326,7 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
     wg_wait0();
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) wg_fence_regs(acc[mt]);
-    cp_wait<0>();
+    cp_async_wait<0>();
 
     /* the epilogue: acc[mt][4 j + e] is C[m0 + 8 j + 2 t + (e & 1)][n0 + rl0 + 64 mt + 8 (e >> 1)] */
     if (p.slices == 1) {

@@ -28,6 +28,25 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+/* cp.async to a shared address (the CTA window's 32-bit offset); live false: zero-fill, the
+ * source is not read. */
+__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void *src, bool live)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4_s(uint32_t dst, const void *src, bool live)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 4 : 0));
+}
+
+/* PTX prmt in its default mode (__byte_perm documents only the 3-bit selectors): selector bit 3
+ * replicates the chosen byte's sign (bit 7) into the whole byte. */
+__device__ __forceinline__ uint32_t prmt_b32(uint32_t a, uint32_t b, uint32_t sel)
+{
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
 /* d += A (16 x 16, row-major fragment a0..a3) * B (16 x 8, column fragment b0, b1), BF16 in, FP32 out. */
 __device__ __forceinline__ void mma_bf16(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1)
 {
