@@ -327,46 +327,15 @@ static const fast_plan *plan_of(const engine *e, int r)
 /* The spec of a group's (or a lone linear's) weight, r its first linear (fused_first). */
 static const fp4rl_linear_spec *weight_spec(const engine *e, int r) { return r <= FP4RL_LIN_K ? &e->s_qk : &e->s_blk; }
 
-/* Whether plan f (its weights' spec s; its linears the bits of `lins`, one a FP4RL_LIN_*) takes the
- * W4A4 decode GEMMs: FP4RL_ROLLOUT_W4=1 turns it on (where the rest holds) on either backend; unset
- * or 0 it is off: opt-in until its kernels have run on a GPU (then: on for CUDA contexts, where it
- * pays; the CPU's BF16 GEMM is the faster reference); the fused plan with activations HiF4 or MXFP4 (1D, nearest: plan_fast) and the weights in
- * the same format, nearest, 1D along K or in the tiles the d8 kernel reads (HiF4 64, MXFP4 32) with
- * every linear's rows a multiple of the tile (then a fused group quantized as one tensor has the
- * codes and scales of its linears quantized alone, w4_weight), and every linear's K whole units. */
-static int plan_w4(const engine *e, const fp4rl_linear_spec *s, const fast_plan *f, unsigned lins)
+/* Whether the weights of spec s (its linears the bits of `lins`, one a FP4RL_LIN_*) can be kept
+ * packed for the decode GEMMs: HiF4 or MXFP4, nearest, 1D along K or in the tiles the kernels read
+ * (HiF4 64, MXFP4 32) with every linear's rows a multiple of the tile (then a fused group quantized
+ * as one tensor has the codes and scales of its linears quantized alone, w4_weight), and every
+ * linear's K a multiple of kmult. */
+static int packed_weights_ok(const engine *e, const fp4rl_linear_spec *s, unsigned lins, int64_t kmult)
 {
     fp4rl_model *m = e->m;
     const fp4rl_role W = FP4RL_ROLE_WEIGHT;
-    const char *env = getenv("FP4RL_ROLLOUT_W4");
-    const int want = env && env[0] == '1';
-    if (!want || !f->on || (f->fmt != FP4RL_QDQ_HIF4 && f->fmt != FP4RL_QDQ_MXFP4) || !m->ops->rollout_act8 || !m->ops->linear_forward_w4)
-        return 0;
-    if (s->mode[W] != FP4RL_NUMERICS_FP4 || (int)s->fmt[W] != f->fmt) return 0;
-    fp4rl_qparams p;
-    if (fp4rl_policy_resolve(m->policy, s->fmt[W], W, m->ctx, &p, "rollout") || p.stochastic) return 0;
-    const int U = fp4rl_qdq_block_size(f->fmt);
-    if (p.tile != 0 && p.tile != (f->fmt == FP4RL_QDQ_HIF4 ? 64 : 32)) return 0;
-    for (int r = 0; r < FP4RL_LIN_COUNT; r++) {
-        if (!(lins >> r & 1u)) continue;
-        const int64_t *d = m->params[fp4rl_model_lp(0, fp4rl_lin_weight(r))].dims;
-        if (d[1] % U || (p.tile && d[0] % p.tile)) return 0;
-    }
-    return 1;
-}
-
-/* Whether plan f (weights' spec s, linears `lins` as plan_w4's) takes the W4B decode GEMMs:
- * FP4RL_ROLLOUT_W4B=1 turns it on, on either backend (opt-in until it measures faster: bench/pending);
- * the fused plan (any activation numerics) with the weights HiF4 or MXFP4, nearest, 1D along K or
- * in HiF4 64 x 64 / MXFP4 32 x 32 tiles with every linear's rows a multiple of the tile (a fused
- * group quantized as one tensor then has its linears' codes and scales, w4_weight), every linear's
- * K a multiple of 64. The backend's own gate (linear_w4b_ok) is asked once the weights exist. */
-static int plan_w4b(const engine *e, const fp4rl_linear_spec *s, const fast_plan *f, unsigned lins)
-{
-    fp4rl_model *m = e->m;
-    const fp4rl_role W = FP4RL_ROLE_WEIGHT;
-    const char *env = getenv("FP4RL_ROLLOUT_W4B");
-    if (!(env && env[0] == '1') || !f->on || f->w4 || !m->ops->linear_forward_w4b || !m->ops->linear_w4b_ok) return 0;
     if (s->mode[W] != FP4RL_NUMERICS_FP4 || (s->fmt[W] != FP4RL_DTYPE_HIF4 && s->fmt[W] != FP4RL_DTYPE_MXFP4)) return 0;
     fp4rl_qparams p;
     if (fp4rl_policy_resolve(m->policy, s->fmt[W], W, m->ctx, &p, "rollout") || p.stochastic) return 0;
@@ -374,9 +343,36 @@ static int plan_w4b(const engine *e, const fp4rl_linear_spec *s, const fast_plan
     for (int r = 0; r < FP4RL_LIN_COUNT; r++) {
         if (!(lins >> r & 1u)) continue;
         const int64_t *d = m->params[fp4rl_model_lp(0, fp4rl_lin_weight(r))].dims;
-        if (d[1] % 64 || (p.tile && d[0] % p.tile)) return 0;
+        if (d[1] % kmult || (p.tile && d[0] % p.tile)) return 0;
     }
     return 1;
+}
+
+/* Whether plan f (its weights' spec s; its linears `lins`) takes the W4A4 decode GEMMs:
+ * FP4RL_ROLLOUT_W4=1 turns it on (where the rest holds) on either backend; unset or 0 it is off:
+ * opt-in until its kernels pay (the CPU's BF16 GEMM is the faster reference); the fused plan with
+ * activations HiF4 or MXFP4 (1D, nearest: plan_fast), the weights packable (packed_weights_ok) in
+ * the same format, every linear's K whole units. */
+static int plan_w4(const engine *e, const fp4rl_linear_spec *s, const fast_plan *f, unsigned lins)
+{
+    fp4rl_model *m = e->m;
+    const char *env = getenv("FP4RL_ROLLOUT_W4");
+    if (!(env && env[0] == '1') || !f->on || (f->fmt != FP4RL_QDQ_HIF4 && f->fmt != FP4RL_QDQ_MXFP4) || !m->ops->rollout_act8 ||
+        !m->ops->linear_forward_w4)
+        return 0;
+    return (int)s->fmt[FP4RL_ROLE_WEIGHT] == f->fmt && packed_weights_ok(e, s, lins, fp4rl_qdq_block_size(f->fmt));
+}
+
+/* Whether plan f takes the W4B decode GEMMs: FP4RL_ROLLOUT_W4B=1 turns it on, on either backend
+ * (opt-in until it measures faster: bench/pending), where W4A4 does not; the fused plan (any
+ * activation numerics) with the weights packable (packed_weights_ok), every linear's K a multiple
+ * of 64. The backend's own gate (linear_w4b_ok) is asked once the weights exist. */
+static int plan_w4b(const engine *e, const fp4rl_linear_spec *s, const fast_plan *f, unsigned lins)
+{
+    fp4rl_model *m = e->m;
+    const char *env = getenv("FP4RL_ROLLOUT_W4B");
+    if (!(env && env[0] == '1') || !f->on || f->w4 || !m->ops->linear_forward_w4b || !m->ops->linear_w4b_ok) return 0;
+    return packed_weights_ok(e, s, lins, 64);
 }
 
 /* The packed weight of layer l's linear r (r its group's first) for the W4A4 path into e->wt: the
