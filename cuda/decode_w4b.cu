@@ -45,6 +45,7 @@ struct WB {
     int64_t row_bytes, scale_cols;
     int tile; /* MXFP4: 0 (1D) or 32 (2D tiles) */
     int slices, chunks_per_slice, chunks;
+    int tiles; /* the HiF4 re-layout (wp_kernel): 64-row tiles */
 };
 
 /* One ring stage: activations [NB][128 bytes] (swizzled, 1024-byte aligned: first), weight codes
@@ -55,10 +56,21 @@ struct WB {
 template <int MT, int NB>
 struct Stage {
     static constexpr int ROWS = 2 * MT * 64;
-    static constexpr int A = 0, W = A + NB * 128, WS = W + ROWS * 32;
+    static constexpr int A = 0, W = A + NB * 128, WS = W + ROWS * 32; /* A = 0: XCopies' offsets */
     static constexpr int BYTES = (WS + ROWS * 8 + 1023) / 1024 * 1024;
     static constexpr int STAGES = NB <= 64 ? 8 : 4;
     static constexpr int SMEM = STAGES * BYTES + 1024; /* + the alignment of the dynamic window */
+};
+
+/* One ring stage of the re-laid-out kernel: activations as Stage, then the CTA's 2 MT tiles' codes
+ * (2048 bytes each) and words (256 bytes each), both copied as 16-byte pieces. */
+template <int MT, int NB>
+struct PStage {
+    static constexpr int TILES = 2 * MT;
+    static constexpr int A = 0, W = A + NB * 128, WS = W + TILES * 2048; /* A = 0: XCopies' offsets */
+    static constexpr int BYTES = (WS + TILES * 256 + 1023) / 1024 * 1024;
+    static constexpr int STAGES = NB <= 64 ? 8 : 4;
+    static constexpr int SMEM = STAGES * BYTES + 1024;
 };
 
 /* The device code below exists in the sm_90a pass only (the kernel's body is a trap elsewhere). */
@@ -142,6 +154,40 @@ __device__ __forceinline__ void wb_mma<128>(float (&d)[64], const uint32_t (&a)[
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
+/* The activation copies of one CTA's chunks: NB rows x 8 pieces of 16 bytes a 64-k chunk, into
+ * the stage's 128-byte swizzled tile (zero rows past M). The pointers are computed once; each
+ * issue advances them one chunk. */
+template <int NB>
+struct XCopies {
+    static constexpr int NA = NB * 8 / THREADS > 0 ? NB * 8 / THREADS : 1; /* copies a thread */
+    static constexpr bool ALL = NB * 8 >= THREADS;                          /* every thread copies */
+    const uint16_t *ap[NA];
+    uint32_t adst[NA];
+    bool alive[NA];
+    bool mine;
+
+    __device__ __forceinline__ XCopies(const WB &p, int cbeg, int m0, int tid)
+    {
+        mine = ALL || tid < NB * 8;
+#pragma unroll
+        for (int i = 0; i < NA; i++) {
+            const int q = tid + i * THREADS, r = (q >> 3) % NB, ch = q & 7, m = m0 + r;
+            alive[i] = m < p.M;
+            ap[i] = p.x + (alive[i] ? (int64_t)m * p.K : 0) + (int64_t)cbeg * KC + ch * 8;
+            adst[i] = r * 128 + ((ch ^ (r & 7)) << 4);
+        }
+    }
+    __device__ __forceinline__ void issue(uint32_t st)
+    {
+        if (!mine) return;
+#pragma unroll
+        for (int i = 0; i < NA; i++) {
+            cp_async16_s(st + adst[i], ap[i], alive[i]);
+            ap[i] += KC;
+        }
+    }
+};
+
 /* The copies of one CTA's chunks (all threads). Everything that does not change from chunk to chunk
  * (global pointers, shared destinations, the row bounds) is computed once here, so a chunk's issue
  * is the copies and pointer increments: at decode sizes the loop's instruction count bounds the
@@ -150,26 +196,18 @@ __device__ __forceinline__ void wb_mma<128>(float (&d)[64], const uint32_t (&a)[
 template <int MT, int NB, bool HIF4>
 struct WbCopies {
     using S = Stage<MT, NB>;
-    static constexpr int NA = NB * 8 / THREADS;       /* activation copies of 16 bytes a thread */
     static constexpr int NC = S::ROWS * 2 / THREADS;  /* code copies of 16 bytes a thread */
     static constexpr bool SC = S::ROWS <= THREADS;    /* scales: threads 0 .. ROWS - 1, one row each */
-    static_assert(NA >= 1 && NC >= 1 && SC, "the tile's copies");
-    const uint16_t *ap[NA];
+    static_assert(NC >= 1 && SC, "the tile's copies");
+    XCopies<NB> xc;
     const uint8_t *cp[NC];
     const uint8_t *sp;
-    uint32_t adst[NA], cdst[NC];
-    bool alive[NA], clive[NC], slive;
+    uint32_t cdst[NC];
+    bool clive[NC], slive;
     int b3; /* MXFP4: the row's first scale byte of chunk cbeg, its offset in the aligned word */
 
-    __device__ __forceinline__ WbCopies(const WB &p, int cbeg, int n0, int m0, int tid)
+    __device__ __forceinline__ WbCopies(const WB &p, int cbeg, int n0, int m0, int tid) : xc(p, cbeg, m0, tid)
     {
-#pragma unroll
-        for (int i = 0; i < NA; i++) { /* activations: NB rows x 8 chunks of 16 bytes */
-            const int q = tid + i * THREADS, r = q >> 3, ch = q & 7, m = m0 + r;
-            alive[i] = m < p.M;
-            ap[i] = p.x + (alive[i] ? (int64_t)m * p.K : 0) + (int64_t)cbeg * KC + ch * 8;
-            adst[i] = S::A + r * 128 + ((ch ^ (r & 7)) << 4);
-        }
 #pragma unroll
         for (int i = 0; i < NC; i++) { /* codes: ROWS rows x 2 chunks of 16 bytes */
             const int q = tid + i * THREADS, r = q >> 1, h = q & 1, n = n0 + r;
@@ -195,11 +233,7 @@ struct WbCopies {
     __device__ __forceinline__ void issue(int c, int cend, uint32_t st, int tid)
     {
         if (c < cend) {
-#pragma unroll
-            for (int i = 0; i < NA; i++) {
-                cp_async16_s(st + adst[i], ap[i], alive[i]);
-                ap[i] += KC;
-            }
+            xc.issue(st);
 #pragma unroll
             for (int i = 0; i < NC; i++) {
                 cp_async16_s(st + cdst[i], cp[i], clive[i]);
@@ -222,6 +256,141 @@ struct WbCopies {
     }
 };
 
+/* ---- the HiF4 re-layout (fp4rl_cuda_w4b_pack; decode_w4b.h has the layout) ----
+ * A thread's codes for one 64-k chunk of one m64 tile are one 16-byte word in shared memory: word
+ * s (the k16 step) holds A fragment register j (a0..a3) in nibbles j (its first element) and j + 4
+ * (its second), as offset-binary levels n = v + 8 (v = -7..7; -0 is +0: the accumulator starts at
+ * +0, so a product's zero sign never shows). One LOP3 makes n into the BF16 128 + n (n in the low
+ * mantissa bits of 2^7), and one BF16x2 FMA ((136 + v) sc - 136 sc) gives v sc exactly, rounded
+ * once: v (3 bits) times sc (base / 4 times 2^inc, 3 bits) has at most 6 significant bits, and
+ * -136 sc (at most 7) is exact too. The register's scale sc differs per 8-k half of a step (the
+ * increments e8 + e16), so each row's word gives a BF16x2 pair per step (H0: the step's first
+ * half, H1: its second), which the FMAs read through half selects. */
+
+/* The row's base / 4 (BF16x2; NaN for the NaN word) and its increments z: field s (2 bits) at bit
+ * 2 s the step's first half, at bit 16 + 2 s its second, for this thread's micro-blocks (th = t >> 1:
+ * the packed word's bits for th = 0 at rotation 1, for th = 1 at rotations 8 and 25, see pack_word). */
+__device__ __forceinline__ void wp_row(uint32_t w, uint32_t r1, uint32_t m1, uint32_t r2, uint32_t m2, uint32_t &b2, uint32_t &z)
+{
+    const uint32_t s = w & 0xFFu;
+    const uint32_t b = s == FP4RL_HIF4_NAN_WORD ? 0x7FC0u : (s << 5) + (77u << 7); /* as hif4_scales */
+    b2 = b * 0x00010001u;
+    const uint32_t u = w >> 8; /* the NaN word's increments are zero (pack_word) */
+    z = (u & 0x00550055u) + ((__funnelshift_r(u, u, r1) & m1) | (__funnelshift_r(u, u, r2) & m2));
+}
+__device__ __forceinline__ uint32_t bfma2(uint32_t a, uint32_t b, uint32_t c)
+{
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+/* Both halves the low (high) half of a: the compiler folds these into the FMA's operand selects. */
+__device__ __forceinline__ uint32_t half_lo2(uint32_t a)
+{
+    uint32_t d;
+    asm("{.reg .b16 l, h;\nmov.b32 {l, h}, %1;\nmov.b32 %0, {l, l};}\n" : "=r"(d) : "r"(a));
+    return d;
+}
+__device__ __forceinline__ uint32_t half_hi2(uint32_t a)
+{
+    uint32_t d;
+    asm("{.reg .b16 l, h;\nmov.b32 {l, h}, %1;\nmov.b32 %0, {h, h};}\n" : "=r"(d) : "r"(a));
+    return d;
+}
+
+/* The copies of the re-laid-out kernel's chunks: a tile's chunks are consecutive in global memory
+ * (2048 code bytes, 256 word bytes each), so a piece's pointer advances by a constant. */
+template <int MT, int NB>
+struct PCopies {
+    using S = PStage<MT, NB>;
+    XCopies<NB> xc;
+    const uint8_t *cp[MT];
+    const uint8_t *sp;
+    uint32_t cdst[MT], sdst;
+    bool clive[MT], slive, sown;
+
+    __device__ __forceinline__ PCopies(const WB &p, int cbeg, int rb, int m0, int tid) : xc(p, cbeg, m0, tid)
+    {
+        const uint8_t *codes = p.codes;
+        const uint8_t *words = static_cast<const uint8_t *>(p.wscales);
+#pragma unroll
+        for (int i = 0; i < MT; i++) { /* 2 MT tiles x 128 pieces */
+            const int q = tid + i * THREADS, tile = q >> 7, off = q & 127, tg = rb * S::TILES + tile;
+            clive[i] = tg < p.tiles;
+            cp[i] = codes + (clive[i] ? ((int64_t)tg * p.chunks + cbeg) * 2048 : 0) + off * 16;
+            cdst[i] = S::W + tile * 2048 + off * 16;
+        }
+        const int tile = tid >> 4, off = tid & 15, tg = rb * S::TILES + tile; /* 2 MT tiles x 16 pieces */
+        sown = tid < S::TILES * 16;
+        slive = sown && tg < p.tiles;
+        sp = words + (slive ? ((int64_t)tg * p.chunks + cbeg) * 256 : 0) + off * 16;
+        sdst = S::WS + tile * 256 + off * 16;
+    }
+    __device__ __forceinline__ void issue(int c, int cend, uint32_t st)
+    {
+        if (c < cend) {
+            xc.issue(st);
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                cp_async16_s(st + cdst[i], cp[i], clive[i]);
+                cp[i] += 2048;
+            }
+            if (sown) {
+                cp_async16_s(st + sdst, sp, slive);
+                sp += 256;
+            }
+        }
+        cp_async_commit();
+    }
+};
+
+/* The epilogue of both kernels: acc[mt][4 j + e] is C[m0 + 8 j + 2 t + (e & 1)][n0 + rl0 + 64 mt +
+ * 8 (e >> 1)]. One slice: C (+ bias) directly; split-K: the slice's partials to the workspace, and
+ * the CTA that finishes a tile last (a counter) adds the slices in slice order (+ bias). */
+template <int MT, int NB>
+__device__ __forceinline__ void wb_store(const WB &p, float (&acc)[MT][NB / 2], int n0, int rl0, int m0, int t, int tid, int rb, int slice)
+{
+    using S = Stage<MT, NB>;
+    constexpr int NR = NB / 2;
+    __shared__ int last;
+    if (p.slices == 1) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < NR; i++) {
+                const int n = n0 + rl0 + 64 * mt + 8 * ((i & 3) >> 1), m = m0 + 8 * (i >> 2) + 2 * t + (i & 1);
+                if (m < p.M && n < p.N) p.c[(int64_t)m * p.ldc + n] = p.bias ? acc[mt][i] + p.bias[n] : acc[mt][i];
+            }
+        return;
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+            const int n = n0 + rl0 + 64 * mt + 8 * ((i & 3) >> 1), m = m0 + 8 * (i >> 2) + 2 * t + (i & 1);
+            if (m < p.M && n < p.N) p.ws[((int64_t)slice * p.M + m) * p.N + n] = acc[mt][i];
+        }
+    __threadfence();
+    __syncthreads();
+    const int ctr = rb * gridDim.y + blockIdx.y;
+    if (tid == 0) {
+        const unsigned prev = atomicAdd(&p.counters[ctr], 1u);
+        last = prev == (unsigned)p.slices - 1;
+        if (last) p.counters[ctr] = 0; /* zero again for the next launch */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int mrows = min(NB, p.M - m0);
+    for (int idx = tid; idx < S::ROWS * mrows; idx += THREADS) { /* n fastest: coalesced */
+        const int m = m0 + idx / S::ROWS, n = n0 + idx % S::ROWS;
+        if (n >= p.N) continue;
+        float sum = 0.0f;
+        for (int s = 0; s < p.slices; s++) sum = __fadd_rn(sum, __ldcg(&p.ws[((int64_t)s * p.M + m) * p.N + n]));
+        p.c[(int64_t)m * p.ldc + n] = p.bias ? sum + p.bias[n] : sum;
+    }
+}
+
 #endif /* __CUDA_ARCH_FEAT_SM90_ALL */
 
 template <int MT, int NB, bool HIF4>
@@ -232,7 +401,6 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
     constexpr int STAGES = S::STAGES;
     constexpr int NR = NB / 2; /* accumulator registers of one m64 tile */
     extern __shared__ uint8_t wb_smem_raw[];
-    __shared__ int last;
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wb_smem_raw);
     const uint32_t sbase = (raw + 1023u) & ~1023u;
     const uint8_t *smem = wb_smem_raw + (sbase - raw);
@@ -328,81 +496,199 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
     for (int mt = 0; mt < MT; mt++) wg_fence_regs(acc[mt]);
     cp_async_wait<0>();
 
-    /* the epilogue: acc[mt][4 j + e] is C[m0 + 8 j + 2 t + (e & 1)][n0 + rl0 + 64 mt + 8 (e >> 1)] */
-    if (p.slices == 1) {
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int i = 0; i < NR; i++) {
-                const int n = n0 + rl0 + 64 * mt + 8 * ((i & 3) >> 1), m = m0 + 8 * (i >> 2) + 2 * t + (i & 1);
-                if (m < p.M && n < p.N) p.c[(int64_t)m * p.ldc + n] = p.bias ? acc[mt][i] + p.bias[n] : acc[mt][i];
-            }
-        return;
-    }
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int i = 0; i < NR; i++) {
-            const int n = n0 + rl0 + 64 * mt + 8 * ((i & 3) >> 1), m = m0 + 8 * (i >> 2) + 2 * t + (i & 1);
-            if (m < p.M && n < p.N) p.ws[((int64_t)slice * p.M + m) * p.N + n] = acc[mt][i];
-        }
-    __threadfence();
-    __syncthreads();
-    const int ctr = rb * gridDim.y + blockIdx.y;
-    if (tid == 0) {
-        const unsigned prev = atomicAdd(&p.counters[ctr], 1u);
-        last = prev == (unsigned)p.slices - 1;
-        if (last) p.counters[ctr] = 0; /* zero again for the next launch */
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int mrows = min(NB, p.M - m0);
-    for (int idx = tid; idx < S::ROWS * mrows; idx += THREADS) { /* n fastest: coalesced */
-        const int m = m0 + idx / S::ROWS, n = n0 + idx % S::ROWS;
-        if (n >= p.N) continue;
-        float sum = 0.0f;
-        for (int s = 0; s < p.slices; s++) sum = __fadd_rn(sum, __ldcg(&p.ws[((int64_t)s * p.M + m) * p.N + n]));
-        p.c[(int64_t)m * p.ldc + n] = p.bias ? sum + p.bias[n] : sum;
-    }
+    wb_store<MT, NB>(p, acc, n0, rl0, m0, t, tid, rb, slice);
 #else
     (void)p;
     __trap(); /* launched only where fp4rl_cuda_has_sm90a says this build has the kernel */
 #endif
 }
 
-/* The kernel's shared-memory attribute (set once per instantiation) and its CTAs a multiprocessor. */
-template <int MT, int NB, bool HIF4>
-cudaError_t wb_prepare(int *occ)
+/* The HiF4 re-laid-out kernel (fp4rl_cuda_w4b_pack): wb_kernel's ring, MMAs and epilogue; a chunk's
+ * weights are one 16-byte load a tile and one LOP3 + one FMA a register (see wp_row). */
+template <int MT, int NB>
+__global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
 {
-    using S = Stage<MT, NB>;
-    static int cached = 0; /* per instantiation; every device of a process gets the same value */
-    if (!cached) {
-        cudaError_t e = cudaFuncSetAttribute(wb_kernel<MT, NB, HIF4>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
-        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cached, wb_kernel<MT, NB, HIF4>, THREADS, S::SMEM);
-        if (e != cudaSuccess) return e;
-        if (cached < 1) cached = 1;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using S = PStage<MT, NB>;
+    constexpr int STAGES = S::STAGES;
+    constexpr int NR = NB / 2;
+    extern __shared__ uint8_t wp_smem_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wp_smem_raw);
+    const uint32_t sbase = (raw + 1023u) & ~1023u;
+    const uint8_t *smem = wp_smem_raw + (sbase - raw);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wl = warp & 3, g = lane >> 2, t = lane & 3;
+    const int rb = blockIdx.x / p.slices, slice = blockIdx.x - rb * p.slices;
+    const int n0 = rb * S::TILES * 64, m0 = blockIdx.y * NB;
+    const int cbeg = slice * p.chunks_per_slice, cend = min(p.chunks, cbeg + p.chunks_per_slice);
+    const int rl0 = wg * MT * 64 + wl * 16 + g;
+    /* where this thread's micro-block bits sit in a packed word (wp_row, pack_word) */
+    const bool th = (t >> 1) != 0;
+    const uint32_t r1 = th ? 8u : 1u, m1 = th ? 0x55u : 0x00550055u, r2 = th ? 25u : 1u, m2 = th ? 0x00550000u : 0u;
+    const uint32_t neg136 = 0xC308C308u; /* BF16x2 -136 */
+
+    float acc[MT][NR];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < NR; i++) acc[mt][i] = 0.0f;
+
+    PCopies<MT, NB> copies(p, cbeg, rb, m0, tid);
+#pragma unroll
+    for (int i = 0; i < STAGES - 2; i++) copies.issue(cbeg + i, cend, sbase + (uint32_t)(((cbeg + i) % STAGES) * S::BYTES));
+
+    for (int c = cbeg; c < cend; c++) {
+        cp_async_wait<STAGES - 3>(); /* the ring as wb_kernel's */
+        wg_fence_proxy_async();
+        __syncthreads();
+        copies.issue(c + STAGES - 2, cend, sbase + (uint32_t)(((c + STAGES - 2) % STAGES) * S::BYTES));
+        const int so = (c % STAGES) * S::BYTES;
+        const uint8_t *st = smem + so;
+        uint4 cw[MT];
+        uint32_t b2[MT][2], z[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const int tile = wg * MT + mt;
+            cw[mt] = *reinterpret_cast<const uint4 *>(st + S::W + tile * 2048 + (wl * 32 + lane) * 16);
+            const uint2 sw = *reinterpret_cast<const uint2 *>(st + S::WS + tile * 256 + (wl * 8 + g) * 8);
+            wp_row(sw.x, r1, m1, r2, m2, b2[mt][0], z[mt][0]);
+            wp_row(sw.y, r1, m1, r2, m2, b2[mt][1], z[mt][1]);
+        }
+#pragma unroll
+        for (int s = 0; s < KC / 16; s++) {
+            uint32_t af[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                const uint32_t y = s == 0 ? cw[mt].x : s == 1 ? cw[mt].y : s == 2 ? cw[mt].z : cw[mt].w;
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) { /* a[hh]: the step's first 8 k, a[2 + hh]: its second */
+                    const uint32_t sc = b2[mt][hh] + (z[mt][hh] & (0x00030003u << (2 * s))) * (0x80u >> (2 * s));
+                    const uint32_t cc = bmul2(sc, neg136);
+                    const uint32_t x0 = ((y >> (4 * hh)) & 0x000F000Fu) | 0x43004300u;
+                    const uint32_t x1 = ((y >> (4 * (2 + hh))) & 0x000F000Fu) | 0x43004300u;
+                    af[mt][hh] = bfma2(x0, half_lo2(sc), half_lo2(cc));
+                    af[mt][2 + hh] = bfma2(x1, half_hi2(sc), half_hi2(cc));
+                }
+            }
+            const uint64_t db = wg_desc_bits(sbase + (uint32_t)so + S::A + 32u * s, 16, 1024, 1);
+            wg_fence();
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) wb_mma<NB>(acc[mt], af[mt], db);
+            wg_commit();
+            wg_wait1();
+        }
     }
-    *occ = cached;
+    wg_wait0();
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) wg_fence_regs(acc[mt]);
+    cp_async_wait<0>();
+    wb_store<MT, NB>(p, acc, n0, rl0, m0, t, tid, rb, slice);
+#else
+    (void)p;
+    __trap(); /* launched only where fp4rl_cuda_has_sm90a says this build has the kernel */
+#endif
+}
+
+/* The kernel's shared-memory attribute (set once per instantiation: *cached) and its CTAs a
+ * multiprocessor (*occ). */
+template <class Kern>
+cudaError_t k_prepare(Kern kern, int smem, int *cached, int *occ)
+{
+    if (!*cached) { /* every device of a process gets the same value */
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        int n = 0;
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, THREADS, smem);
+        if (e != cudaSuccess) return e;
+        *cached = n < 1 ? 1 : n;
+    }
+    *occ = *cached;
     return cudaSuccess;
 }
-/* wb_prepare (grid 0) or the launch, for the tile (mt, nb) and the format. */
-template <int MT, bool HIF4>
-cudaError_t wb_dispatch_mt(const WB &p, int nb, dim3 grid, cudaStream_t s, int *occ)
+/* k_prepare (grid 0) or the launch, for the tile (MT, NB) and the layout: L 0 HiF4 as stored, 1
+ * MXFP4, 2 HiF4 re-laid out (wp_kernel). */
+template <int MT, int NB, int L>
+cudaError_t k_run(const WB &p, dim3 grid, cudaStream_t s, int *occ)
 {
-    if (nb == 32) return grid.x ? (wb_kernel<MT, 32, HIF4><<<grid, THREADS, Stage<MT, 32>::SMEM, s>>>(p), cudaSuccess) : wb_prepare<MT, 32, HIF4>(occ);
-    if (nb == 64) return grid.x ? (wb_kernel<MT, 64, HIF4><<<grid, THREADS, Stage<MT, 64>::SMEM, s>>>(p), cudaSuccess) : wb_prepare<MT, 64, HIF4>(occ);
-    return grid.x ? (wb_kernel<MT, 128, HIF4><<<grid, THREADS, Stage<MT, 128>::SMEM, s>>>(p), cudaSuccess) : wb_prepare<MT, 128, HIF4>(occ);
+    static int cached = 0; /* per instantiation */
+    if (L == 2) {
+        if (grid.x) return wp_kernel<MT, NB><<<grid, THREADS, PStage<MT, NB>::SMEM, s>>>(p), cudaSuccess;
+        return k_prepare(wp_kernel<MT, NB>, PStage<MT, NB>::SMEM, &cached, occ);
+    }
+    if (grid.x) return wb_kernel<MT, NB, L == 0><<<grid, THREADS, Stage<MT, NB>::SMEM, s>>>(p), cudaSuccess;
+    return k_prepare(wb_kernel<MT, NB, L == 0>, Stage<MT, NB>::SMEM, &cached, occ);
 }
-cudaError_t wb_dispatch(const WB &p, int mt, int nb, bool hif4, dim3 grid, cudaStream_t s, int *occ)
+template <int MT, int L>
+cudaError_t k_dispatch_nb(const WB &p, int nb, dim3 grid, cudaStream_t s, int *occ)
 {
-    if (mt == 2) return hif4 ? wb_dispatch_mt<2, true>(p, nb, grid, s, occ) : wb_dispatch_mt<2, false>(p, nb, grid, s, occ);
-    return hif4 ? wb_dispatch_mt<1, true>(p, nb, grid, s, occ) : wb_dispatch_mt<1, false>(p, nb, grid, s, occ);
+    if (nb == 32) return k_run<MT, 32, L>(p, grid, s, occ);
+    if (nb == 64) return k_run<MT, 64, L>(p, grid, s, occ);
+    return k_run<MT, 128, L>(p, grid, s, occ);
+}
+template <int MT>
+cudaError_t k_dispatch_l(const WB &p, int layout, int nb, dim3 grid, cudaStream_t s, int *occ)
+{
+    if (layout == 2) return k_dispatch_nb<MT, 2>(p, nb, grid, s, occ);
+    return layout ? k_dispatch_nb<MT, 1>(p, nb, grid, s, occ) : k_dispatch_nb<MT, 0>(p, nb, grid, s, occ);
+}
+cudaError_t wb_dispatch(const WB &p, int mt, int nb, int layout, dim3 grid, cudaStream_t s, int *occ)
+{
+    return mt == 2 ? k_dispatch_l<2>(p, layout, nb, grid, s, occ) : k_dispatch_l<1>(p, layout, nb, grid, s, occ);
+}
+
+/* ---- the re-layout (fp4rl_cuda_w4b_pack), one thread an output word ---- */
+/* A HiF4 code (sign, 3-bit level) as the offset-binary level wp_kernel reads: 8 + v. */
+__device__ __forceinline__ uint32_t wp_level(uint32_t code) { return code & 8u ? 8u - (code & 7u) : 8u + (code & 7u); }
+
+/* codes: word i = (((tile * chunks + c) * 4 + warp) * 32 + lane) * 4 + s; nibble j of it (j < 4)
+ * the first element of A register j of step s, nibble j + 4 the second (row 16 warp + g + 8 (j & 1),
+ * k 64 c + 16 s + 2 t + 8 (j >> 1), + 1); rows past N level 0. */
+__global__ void wp_pack_codes(const uint8_t *codes, int64_t row_bytes, int N, int chunks, int64_t total, uint32_t *out)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int s = (int)(i & 3), lane = (int)((i >> 2) & 31), w = (int)((i >> 7) & 3);
+        const int64_t tc = i >> 9, tile = tc / chunks, c = tc - tile * chunks;
+        const int g = lane >> 2, t = lane & 3;
+        uint32_t o = 0;
+        for (int j = 0; j < 4; j++) {
+            const int64_t row = tile * 64 + 16 * w + g + 8 * (j & 1), k = 64 * c + 16 * s + 2 * t + 8 * (j >> 1);
+            const uint32_t b = row < N ? codes[row * row_bytes + k / 2] : 0u; /* elements k (low nibble) and k + 1 */
+            o |= wp_level(b & 15u) << (4 * j) | wp_level(b >> 4) << (16 + 4 * j);
+        }
+        out[i] = o;
+    }
+}
+/* A HiF4 word (format/layout.h) as wp_row reads it: the base in bits 0..7 (the NaN word alone, its
+ * increments zero), then u = bits 8..31 with, for step s (k 16 s .. 16 s + 15 of the unit): e8[2 s]
+ * at u bit 2 s, e16[4 s] at 2 s + 1, e16[4 s + 1] at 8 + 2 s, e16[4 s + 3] at 9 + 2 s, e8[2 s + 1] at
+ * 16 + 2 s, e16[4 s + 2] at 17 + 2 s; so u & 0x00550055 holds the e8 of both halves of every step
+ * where the increments go, rotating u right by 1 brings the e16 of threads t = 0, 1 there, by 8 and
+ * 25 those of t = 2, 3. */
+__device__ __forceinline__ uint32_t wp_word(uint32_t w)
+{
+    if ((w & FP4RL_HIF4_BASE_MASK) == FP4RL_HIF4_NAN_WORD) return FP4RL_HIF4_NAN_WORD;
+    uint32_t u = 0;
+    for (int s = 0; s < 4; s++) {
+        const uint32_t e8a = (w >> (FP4RL_HIF4_E8_SHIFT + 2 * s)) & 1u, e8b = (w >> (FP4RL_HIF4_E8_SHIFT + 2 * s + 1)) & 1u;
+        const uint32_t e16 = (w >> (FP4RL_HIF4_E16_SHIFT + 4 * s)) & 15u; /* micro-blocks 4 s .. 4 s + 3 */
+        u |= e8a << (2 * s) | (e16 & 1u) << (2 * s + 1) | ((e16 >> 1) & 1u) << (8 + 2 * s) | ((e16 >> 3) & 1u) << (9 + 2 * s) |
+             e8b << (16 + 2 * s) | ((e16 >> 2) & 1u) << (17 + 2 * s);
+    }
+    return (w & FP4RL_HIF4_BASE_MASK) | u << 8;
+}
+/* words: word i = ((tile * chunks + c) * 4 + warp) * 16 + g * 2 + hh, row 16 warp + g + 8 hh. */
+__global__ void wp_pack_words(const uint32_t *words, int64_t scale_cols, int N, int chunks, int64_t total, uint32_t *out)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int hh = (int)(i & 1), g = (int)((i >> 1) & 7), w = (int)((i >> 4) & 3);
+        const int64_t tc = i >> 6, tile = tc / chunks, c = tc - tile * chunks;
+        const int64_t row = tile * 64 + 16 * w + g + 8 * hh;
+        out[i] = wp_word(row < N ? words[row * scale_cols + c] : 0u);
+    }
 }
 
 int wb_weight_ok(const fp4rl_tensor *w)
 {
     if (!w || w->ndim != 2 || !w->data || !w->scales) return 0;
+    if (w->layout != 0 && (w->layout != FP4RL_LAYOUT_W4B || w->dtype != FP4RL_DTYPE_HIF4)) return 0;
     if (w->dtype != FP4RL_DTYPE_HIF4 && !(w->dtype == FP4RL_DTYPE_MXFP4 && (w->q.tile == 0 || w->q.tile == 32))) return 0;
     const int64_t N = w->q.rows, K = w->q.cols;
     if (N < 1 || K < KC || K % KC || N >= (1LL << 31) || K >= (1LL << 31)) return 0;
@@ -445,6 +731,9 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     p.scale_cols = w->q.scale_cols;
     p.tile = w->dtype == FP4RL_DTYPE_MXFP4 ? w->q.tile : 0;
     p.chunks = (int)(K / KC);
+    p.tiles = (int)((N + 63) / 64);
+    /* 0 HiF4 as stored, 1 MXFP4, 2 HiF4 re-laid out by fp4rl_cuda_w4b_pack */
+    const int layout = w->layout == FP4RL_LAYOUT_W4B ? 2 : w->dtype == FP4RL_DTYPE_HIF4 ? 0 : 1;
     /* The tile: NB the fewest activation rows (32, 64, 128) covering M, up to 128; 256 weight rows a
      * CTA (two m64 tiles a warpgroup: the per-chunk copies and barrier over twice the work) where
      * NB <= 64 or that still gives a CTA a multiprocessor, else 128 (more CTAs). */
@@ -455,9 +744,8 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     const int rows = 128 * mt;
     const int64_t rblocks = (N + rows - 1) / rows;
     if (mblocks > 65535) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: M = %lld too large", (long long)M);
-    const bool hif4 = w->dtype == FP4RL_DTYPE_HIF4;
     int occ = 1;
-    cudaError_t e = wb_dispatch(p, mt, nb, hif4, dim3(0, 0), cu->stream, &occ);
+    cudaError_t e = wb_dispatch(p, mt, nb, layout, dim3(0, 0), cu->stream, &occ);
     if (e != cudaSuccess) return fp4rl_cuda_fail(ctx, e, "w4b_gemm: shared memory attribute");
     /* split-K up to the CTAs the device holds at once (occ a multiprocessor), while the slices'
      * partials (written and read again, 8 M bytes a weight row a slice) stay below the weight's
@@ -487,8 +775,47 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
         p.ws = static_cast<float *>(ws);
     }
     const dim3 grid((unsigned)(rblocks * p.slices), (unsigned)mblocks);
-    e = wb_dispatch(p, mt, nb, hif4, grid, cu->stream, &occ);
+    e = wb_dispatch(p, mt, nb, layout, grid, cu->stream, &occ);
     st = e != cudaSuccess ? fp4rl_cuda_fail(ctx, e, "w4b_gemm: launch") : fp4rl_cuda_check_launch(ctx, "w4b_gemm");
     fp4rl_cuda_free_bytes(ctx, ws); /* stream order keeps the block's next user after this kernel */
     return st;
+}
+
+fp4rl_status fp4rl_cuda_w4b_pack(fp4rl_context *ctx, fp4rl_tensor *w)
+{
+    if (!ctx || !w) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "w4b_pack: NULL context or weight");
+    if (!wb_weight_ok(w) || w->ctx != ctx)
+        return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_pack: the weight must be one fp4rl_cuda_w4b_gemm takes, of this context");
+    if (w->layout == FP4RL_LAYOUT_W4B || w->dtype != FP4RL_DTYPE_HIF4) return FP4RL_OK; /* done, or no re-layout (MXFP4) */
+    if (w->storage != FP4RL_STORAGE_OWNED) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_pack: the weight's memory is not the library's own");
+    fp4rl_status st = fp4rl_cuda_enter(ctx);
+    if (st) return st;
+    fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    const int64_t N = w->q.rows, chunks = w->q.cols / KC, tiles = (N + 63) / 64;
+    const size_t ncodes = (size_t)(tiles * chunks) * 2048, nwords = (size_t)(tiles * chunks) * 256;
+    void *codes = NULL, *words = NULL;
+    st = ctx->be->alloc(ctx, &codes, ncodes);
+    if (!st) st = ctx->be->alloc(ctx, &words, nwords);
+    if (st) {
+        if (codes) ctx->be->free(ctx, codes);
+        return st;
+    }
+    const int64_t tc = (int64_t)ncodes / 4, tw = (int64_t)nwords / 4;
+    const unsigned bc = (unsigned)((tc + 255) / 256 < 65536 ? (tc + 255) / 256 : 65536), bw = (unsigned)((tw + 255) / 256 < 65536 ? (tw + 255) / 256 : 65536);
+    wp_pack_codes<<<bc, 256, 0, cu->stream>>>(static_cast<const uint8_t *>(w->data), w->q.row_bytes, (int)N, (int)chunks, tc, static_cast<uint32_t *>(codes));
+    wp_pack_words<<<bw, 256, 0, cu->stream>>>(static_cast<const uint32_t *>(w->scales), w->q.scale_cols, (int)N, (int)chunks, tw, static_cast<uint32_t *>(words));
+    st = fp4rl_cuda_check_launch(ctx, "w4b_pack");
+    if (st) {
+        ctx->be->free(ctx, codes);
+        ctx->be->free(ctx, words);
+        return st;
+    }
+    ctx->be->free(ctx, w->data); /* stream order keeps the frees after the packing kernels */
+    ctx->be->free(ctx, w->scales);
+    w->data = codes;
+    w->data_bytes = ncodes;
+    w->scales = words;
+    w->scales_bytes = nwords;
+    w->layout = FP4RL_LAYOUT_W4B;
+    return FP4RL_OK;
 }

@@ -36,6 +36,15 @@
 extern "C" {
 #endif
 
+/* Re-lays a HiF4 weight out in place for fp4rl_cuda_w4b_gemm (w->layout = FP4RL_LAYOUT_W4B): the
+ * codes as [64-row tile][64-k chunk][warp 4][lane 32][16 bytes], one 16-byte piece the codes of a
+ * thread's wgmma A fragments for the chunk (offset-binary levels), and the words as [tile][chunk]
+ * [64 rows in fragment order], their bits arranged for the fragments' increments (decode_w4b.cu,
+ * wp_word); rows padded to 64. Same bytes a weight (4.5 bits), the GEMM's results bit for bit those
+ * of the weight as stored; such a weight serves only fp4rl_cuda_w4b_gemm. MXFP4 weights, and those
+ * already re-laid out, are left as they are. The weight's memory must be the library's own. */
+fp4rl_status fp4rl_cuda_w4b_pack(fp4rl_context *ctx, fp4rl_tensor *w);
+
 /* Whether fp4rl_cuda_w4b_gemm can run W on this context's device and build (no message set). */
 int fp4rl_cuda_w4b_ok(fp4rl_context *ctx, const fp4rl_tensor *w);
 

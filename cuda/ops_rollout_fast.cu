@@ -552,6 +552,12 @@ fp4rl_status fp4rl_cuda_linear_w4b_ok(fp4rl_context *ctx, const fp4rl_tensor *w)
     return FP4RL_OK;
 }
 
+fp4rl_status fp4rl_cuda_linear_w4b_pack(fp4rl_context *ctx, fp4rl_tensor *w)
+{
+    fp4rl_status st = fp4rl_cuda_linear_w4b_ok(ctx, w);
+    return st ? st : fp4rl_cuda_w4b_pack(ctx, w);
+}
+
 fp4rl_status fp4rl_cuda_linear_forward_w4b(fp4rl_context *ctx, float *y, const uint16_t *x, const fp4rl_tensor *w, const float *b, int64_t N,
                                            int64_t K, int64_t OUT)
 {

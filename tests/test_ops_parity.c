@@ -1132,7 +1132,8 @@ END_TEST
 /* linear_forward_w4b (the BF16 operand times the packed weight): the GPU's against the CPU's (the
  * BF16 GEMM over the dequantized weight) within summation-order noise, M across the kernel's
  * activation tiles and split-K, with and without bias; linear_w4b_ok agrees on both contexts (the
- * GPU refuses where it has no sm_90a kernel, and then so does the op). */
+ * GPU refuses where it has no sm_90a kernel, and then so does the op); linear_w4b_pack leaves the
+ * CPU's weight as it is and re-lays the GPU's HiF4 out, its results bit for bit the unpacked one's. */
 START_TEST(test_w4b_ops)
 {
     const int64_t K = 256, OUT = 200, MS[4] = {1, 37, 100, 300};
@@ -1149,23 +1150,37 @@ START_TEST(test_w4b_ops)
             fp4rl_tensor_destroy(qg);
             break;
         }
+        /* and the pack op: the CPU leaves its weight as it is, the GPU re-lays HiF4 out (same results) */
+        OKG(C->linear_w4b_pack(cpu, qc));
+        ck_assert_int_eq(qc->layout, 0);
+        fp4rl_tensor *qp = quant_on(gpu, w, OUT, K, wf[c], tiles[c]);
+        OKG(G->linear_w4b_pack(gpu, qp));
+        ck_assert_int_eq(qp->layout, wf[c] == FP4RL_DTYPE_HIF4 ? FP4RL_LAYOUT_W4B : 0);
         for (int mi = 0; mi < 4; mi++) {
             const int64_t M = MS[mi];
-            float *x = rnd(M * K, 1), *y = malloc((size_t)(M * OUT) * 4), *dy = NULL;
+            float *x = rnd(M * K, 1), *y = malloc((size_t)(M * OUT) * 4), *dy = NULL, *dyp = NULL;
             uint16_t *xb = malloc((size_t)(M * K) * 2);
             OKG(C->pack_bf16(cpu, xb, K, x, M, K));
             void *dxb = NULL;
             ck_assert_int_eq(gpu->be->alloc(gpu, &dxb, (size_t)(M * K) * 2), FP4RL_OK);
             ck_assert_int_eq(gpu->be->upload(gpu, dxb, xb, (size_t)(M * K) * 2), FP4RL_OK);
             ck_assert_int_eq(gpu->be->alloc(gpu, (void **)&dy, (size_t)(M * OUT) * 4), FP4RL_OK);
+            ck_assert_int_eq(gpu->be->alloc(gpu, (void **)&dyp, (size_t)(M * OUT) * 4), FP4RL_OK);
             for (int with_b = 0; with_b < 2; with_b++) {
                 OKG(C->linear_forward_w4b(cpu, y, xb, qc, with_b ? b : NULL, M, K, OUT));
                 OKG(G->linear_forward_w4b(gpu, dy, dxb, qg, with_b ? db : NULL, M, K, OUT));
                 cmp("linear_forward_w4b", dy, y, M * OUT, 1e-5);
+                OKG(G->linear_forward_w4b(gpu, dyp, dxb, qp, with_b ? db : NULL, M, K, OUT));
+                float *h1 = malloc((size_t)(M * OUT) * 4), *h2 = malloc((size_t)(M * OUT) * 4);
+                OKG(gpu->be->download(gpu, h1, dy, (size_t)(M * OUT) * 4));
+                OKG(gpu->be->download(gpu, h2, dyp, (size_t)(M * OUT) * 4));
+                ck_assert_msg(!memcmp(h1, h2, (size_t)(M * OUT) * 4), "linear_forward_w4b: the packed weight's results differ");
+                free(h1), free(h2);
             }
             free(x), free(y), free(xb);
-            dfree(dxb), dfree(dy);
+            dfree(dxb), dfree(dy), dfree(dyp);
         }
+        fp4rl_tensor_destroy(qp);
         printf("  linear_forward_w4b %s tile %d: the CPU's within 1e-5\n", fp4rl_dtype_name(wf[c]), tiles[c]);
         fp4rl_tensor_destroy(qc);
         fp4rl_tensor_destroy(qg);

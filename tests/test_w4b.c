@@ -9,7 +9,9 @@
  *     exact products, |c - exact| <= (K + 2 + slices) 2^-24 S (S = sum |x w|), with and without
  *     bias; M from 1 to 300 (every activation tile, ragged), N ragged and the 3B shapes, the
  *     default split and forced ones; two runs memcmp-equal (deterministic);
- * (c) bad arguments refused with an error.
+ * (c) bad arguments refused with an error;
+ * (d) fp4rl_cuda_w4b_pack (HiF4 re-laid out for wp_kernel): the GEMM's results bit for bit those of
+ *     the weight as stored, and (a), (b) run on re-laid-out weights too.
  * Label `gpu`: exits 77 (skipped) without a GPU; where the device is not compute capability 9.0 or
  * the build has no sm_90a code, fp4rl_cuda_w4b_ok is 0 and the GEMM cases are skipped (the
  * refusals still run).
@@ -55,7 +57,7 @@ static void *host(const void *d, size_t bytes)
 
 /* W [N, K] on the GPU, quantized (nearest), and its dequantized values on the host. extreme: rows
  * scaled by 2^-60 .. 2^14 and a few NaN elements (their units decode to NaN). */
-static fp4rl_tensor *weight(fp4rl_dtype fmt, int tile, int64_t N, int64_t K, int extreme, float **values)
+static fp4rl_tensor *weight(fp4rl_dtype fmt, int tile, int pack, int64_t N, int64_t K, int extreme, float **values)
 {
     float *x = malloc((size_t)(N * K) * sizeof(float));
     for (int64_t r = 0; r < N; r++) {
@@ -75,6 +77,10 @@ static fp4rl_tensor *weight(fp4rl_dtype fmt, int tile, int64_t N, int64_t K, int
     OKG(fp4rl_dequantize(&dq, gpu, q, FP4RL_DTYPE_F32));
     *values = malloc((size_t)(N * K) * sizeof(float));
     OKG(fp4rl_tensor_to_host(dq, *values, (size_t)(N * K) * sizeof(float)));
+    if (pack) {
+        OKG(fp4rl_cuda_w4b_pack(gpu, q));
+        ck_assert_int_eq(q->layout, fmt == FP4RL_DTYPE_HIF4 ? FP4RL_LAYOUT_W4B : 0);
+    }
     fp4rl_tensor_destroy(src);
     fp4rl_tensor_destroy(dq);
     fp4rl_quant_policy_destroy(p);
@@ -84,9 +90,14 @@ static fp4rl_tensor *weight(fp4rl_dtype fmt, int tile, int64_t N, int64_t K, int
 
 static const struct {
     fp4rl_dtype fmt;
-    int tile;
+    int tile, pack; /* pack: re-laid out by fp4rl_cuda_w4b_pack (HiF4) */
     const char *name;
-} FMTS[] = {{FP4RL_DTYPE_HIF4, 0, "HiF4"}, {FP4RL_DTYPE_HIF4, 64, "HiF4 64x64"}, {FP4RL_DTYPE_MXFP4, 0, "MXFP4"}, {FP4RL_DTYPE_MXFP4, 32, "MXFP4 32x32"}};
+} FMTS[] = {{FP4RL_DTYPE_HIF4, 0, 0, "HiF4"},
+            {FP4RL_DTYPE_MXFP4, 0, 0, "MXFP4"},
+            {FP4RL_DTYPE_HIF4, 0, 1, "HiF4 re-laid out"},
+            {FP4RL_DTYPE_HIF4, 64, 0, "HiF4 64x64"},
+            {FP4RL_DTYPE_MXFP4, 32, 0, "MXFP4 32x32"},
+            {FP4RL_DTYPE_HIF4, 64, 1, "HiF4 64x64 re-laid out"}};
 
 /* (a): X = I [K, K]; c[m, n] must be W[n, m] (NaN where W is NaN; +-0 alike). */
 START_TEST(test_identity)
@@ -98,7 +109,7 @@ START_TEST(test_identity)
             for (int split = 0; split < 2; split++) {
                 const int64_t N = shapes[si][0], K = shapes[si][1], M = K;
                 float *wv = NULL;
-                fp4rl_tensor *q = weight(FMTS[f].fmt, FMTS[f].tile, N, K, 1, &wv);
+                fp4rl_tensor *q = weight(FMTS[f].fmt, FMTS[f].tile, FMTS[f].pack, N, K, 1, &wv);
                 uint16_t *xi = calloc((size_t)(M * K), sizeof(uint16_t));
                 for (int64_t i = 0; i < K; i++) xi[i * K + i] = 0x3F80u; /* 1.0 */
                 uint16_t *dx = dev(xi, (size_t)(M * K) * 2);
@@ -137,7 +148,7 @@ END_TEST
 static void gemm_case(size_t f, int64_t N, int64_t K, const int64_t *ms, size_t nms, int slices)
 {
     float *wv = NULL;
-    fp4rl_tensor *q = weight(FMTS[f].fmt, FMTS[f].tile, N, K, 0, &wv);
+    fp4rl_tensor *q = weight(FMTS[f].fmt, FMTS[f].tile, FMTS[f].pack, N, K, 0, &wv);
     float *bias = malloc((size_t)N * 4);
     for (int64_t n = 0; n < N; n++) bias[n] = gauss();
     float *dbias = dev(bias, (size_t)N * 4);
@@ -202,16 +213,66 @@ START_TEST(test_gemm_3b)
     if (!have) return;
     static const int64_t ms[] = {16, 128, 256};
     static const int64_t shapes[][2] = {{2560, 2048}, {22016, 2048}, {2048, 11008}};
-    for (size_t f = 0; f < sizeof FMTS / sizeof FMTS[0]; f += 2)
+    for (size_t f = 0; f < 3; f++) /* 1D: HiF4, MXFP4, HiF4 re-laid out */
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) gemm_case(f, shapes[i][0], shapes[i][1], ms, sizeof ms / sizeof ms[0], 5);
-    printf("3B shapes (q|k|v, gate|up, down), HiF4 and MXFP4: within the bound\n");
+    printf("3B shapes (q|k|v, gate|up, down), HiF4 (as stored and re-laid out) and MXFP4: within the bound\n");
+}
+END_TEST
+
+/* (d) the re-layout changes no bit: the same weight as stored and re-laid out (HiF4, 1D and 64 x 64,
+ * extreme rows with NaN units), every activation tile, default and forced split, bias. */
+START_TEST(test_pack_same_bits)
+{
+    if (!have) return;
+    static const int64_t shapes[][2] = {{300, 320}, {130, 2048}, {2560, 2048}};
+    static const int64_t ms[] = {1, 33, 100, 300};
+    for (int tile = 0; tile <= 64; tile += 64)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t N = shapes[si][0], K = shapes[si][1];
+            float *wv = NULL, *wv2 = NULL;
+            rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)(N * K + tile);
+            fp4rl_tensor *q = weight(FP4RL_DTYPE_HIF4, tile, 0, N, K, 1, &wv);
+            rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)(N * K + tile);
+            fp4rl_tensor *qp = weight(FP4RL_DTYPE_HIF4, tile, 1, N, K, 1, &wv2);
+            ck_assert_msg(!memcmp(wv, wv2, (size_t)(N * K) * sizeof(float)), "the same seed, the same weight");
+            float *bias = malloc((size_t)N * 4);
+            for (int64_t n = 0; n < N; n++) bias[n] = gauss();
+            float *dbias = dev(bias, (size_t)N * 4);
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                const int64_t M = ms[mi];
+                uint16_t *x = malloc((size_t)(M * K) * 2);
+                for (int64_t i = 0; i < M * K; i++) x[i] = fp4rl_f32_to_bf16(gauss());
+                uint16_t *dx = dev(x, (size_t)(M * K) * 2);
+                float *d1 = dev(NULL, (size_t)(M * N) * 4), *d2 = dev(NULL, (size_t)(M * N) * 4);
+                for (int mode = 0; mode < 2; mode++) {
+                    OKG(fp4rl_cuda_w4b_gemm(gpu, d1, N, dx, M, q, mode ? dbias : NULL, mode ? 3 : 0));
+                    OKG(fp4rl_cuda_w4b_gemm(gpu, d2, N, dx, M, qp, mode ? dbias : NULL, mode ? 3 : 0));
+                    float *c1 = host(d1, (size_t)(M * N) * 4), *c2 = host(d2, (size_t)(M * N) * 4);
+                    ck_assert_msg(!memcmp(c1, c2, (size_t)(M * N) * 4), "HiF4 tile %d %lldx%lldx%lld mode %d: re-laid out differs from as stored",
+                                  tile, (long long)M, (long long)N, (long long)K, mode);
+                    free(c1);
+                    free(c2);
+                }
+                free(x);
+                gpu->be->free(gpu, dx);
+                gpu->be->free(gpu, d1);
+                gpu->be->free(gpu, d2);
+            }
+            free(bias);
+            gpu->be->free(gpu, dbias);
+            free(wv);
+            free(wv2);
+            fp4rl_tensor_destroy(q);
+            fp4rl_tensor_destroy(qp);
+        }
+    printf("re-layout: HiF4 1D and 64x64, M 1..300, split and bias: bit for bit the weight as stored\n");
 }
 END_TEST
 
 START_TEST(test_refusals)
 {
     float *wv = NULL;
-    fp4rl_tensor *q = weight(FP4RL_DTYPE_HIF4, 0, 64, 128, 0, &wv);
+    fp4rl_tensor *q = weight(FP4RL_DTYPE_HIF4, 0, 0, 64, 128, 0, &wv);
     uint16_t *dx = dev(NULL, 64 * 128 * 2 + 16);
     float *dc = dev(NULL, 64 * 64 * 4);
     ck_assert_int_eq(fp4rl_cuda_w4b_gemm(gpu, NULL, 64, dx, 4, q, NULL, 0), FP4RL_ERR_INVALID_ARGUMENT);
@@ -221,14 +282,25 @@ START_TEST(test_refusals)
     ck_assert_int_eq(fp4rl_cuda_w4b_gemm(gpu, dc, 63, dx, 4, q, NULL, 0), FP4RL_ERR_UNSUPPORTED); /* ldc < N */
     ck_assert_int_eq(fp4rl_cuda_w4b_gemm(gpu, dc, 64, dx, 0, q, NULL, 0), FP4RL_ERR_UNSUPPORTED); /* M = 0 */
     ck_assert_int_eq(fp4rl_cuda_w4b_gemm(gpu, dc, 64, (const uint16_t *)((char *)dx + 2), 4, q, NULL, 0), FP4RL_ERR_UNSUPPORTED);
+    ck_assert_int_eq(fp4rl_cuda_w4b_pack(NULL, q), FP4RL_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(fp4rl_cuda_w4b_pack(gpu, NULL), FP4RL_ERR_INVALID_ARGUMENT);
+    if (have) { /* a re-laid-out weight: the ABI refuses it, packing again changes nothing */
+        OKG(fp4rl_cuda_w4b_pack(gpu, q));
+        void *d = q->data;
+        OKG(fp4rl_cuda_w4b_pack(gpu, q));
+        ck_assert_ptr_eq(q->data, d);
+        fp4rl_tensor *dq = NULL;
+        ck_assert_int_eq(fp4rl_dequantize(&dq, gpu, q, FP4RL_DTYPE_F32), FP4RL_ERR_INVALID_ARGUMENT);
+        ck_assert_ptr_null(dq);
+    }
     fp4rl_tensor_destroy(q);
     free(wv);
-    q = weight(FP4RL_DTYPE_NVFP4, 0, 64, 128, 0, &wv); /* NVFP4: not this kernel's */
+    q = weight(FP4RL_DTYPE_NVFP4, 0, 0, 64, 128, 0, &wv); /* NVFP4: not this kernel's */
     ck_assert_int_eq(fp4rl_cuda_w4b_ok(gpu, q), 0);
     ck_assert_int_eq(fp4rl_cuda_w4b_gemm(gpu, dc, 64, dx, 4, q, NULL, 0), FP4RL_ERR_UNSUPPORTED);
     fp4rl_tensor_destroy(q);
     free(wv);
-    q = weight(FP4RL_DTYPE_MXFP4, 0, 64, 96, 0, &wv); /* K not a multiple of 64 */
+    q = weight(FP4RL_DTYPE_MXFP4, 0, 0, 64, 96, 0, &wv); /* K not a multiple of 64 */
     ck_assert_int_eq(fp4rl_cuda_w4b_ok(gpu, q), 0);
     ck_assert_int_eq(fp4rl_cuda_w4b_gemm(gpu, dc, 64, dx, 4, q, NULL, 0), FP4RL_ERR_UNSUPPORTED);
     fp4rl_tensor_destroy(q);
@@ -242,7 +314,7 @@ static void setup(void)
 {
     ck_assert_int_eq(fp4rl_context_create(&gpu, FP4RL_DEVICE_CUDA, 0), FP4RL_OK);
     float *wv = NULL;
-    fp4rl_tensor *q = weight(FP4RL_DTYPE_HIF4, 0, 64, 64, 0, &wv);
+    fp4rl_tensor *q = weight(FP4RL_DTYPE_HIF4, 0, 0, 64, 64, 0, &wv);
     have = fp4rl_cuda_w4b_ok(gpu, q);
     if (!have) printf("w4b: not on this device or build (needs compute capability 9.0 and sm_90a code); GEMM cases skipped\n");
     fp4rl_tensor_destroy(q);
@@ -260,6 +332,7 @@ int main(void)
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_identity);
     tcase_add_test(tc, test_gemm_small);
+    tcase_add_test(tc, test_pack_same_bits);
     tcase_add_test(tc, test_gemm_3b);
     suite_add_tcase(s, tc);
     return fp4rl_check_run_nofork(s);

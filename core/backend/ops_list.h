@@ -299,6 +299,11 @@ FP4RL_OP(fp4rl_status, linear_forward_w4b, (fp4rl_context *ctx, float *y, const 
  * CUDA also the device and the build: compute capability 9.0 with sm_90a code), else
  * FP4RL_ERR_UNSUPPORTED with the reason. */
 FP4RL_OP(fp4rl_status, linear_w4b_ok, (fp4rl_context *ctx, const fp4rl_tensor *w))
+/* Re-lays w (accepted by linear_w4b_ok) out in place where the backend's linear_forward_w4b has a
+ * faster layout for it (CUDA: HiF4, cuda/decode_w4b.h's fp4rl_cuda_w4b_pack; w->layout becomes
+ * FP4RL_LAYOUT_W4B and only that op may read w afterwards); elsewhere w is left as it is. The
+ * results of linear_forward_w4b are the same bits either way. */
+FP4RL_OP(fp4rl_status, linear_w4b_pack, (fp4rl_context *ctx, fp4rl_tensor *w))
 /* The training GEMMs' FP4 operand in one pass: dst [rows, cols] = the BF16 bits of
  * dequantize(quantize(src)) in round-trip format fmt (FP4RL_QDQ_*, values exactly BF16), 1D
  * blocks along the last dim or, with along_rows, down the columns (block b of column c: rows

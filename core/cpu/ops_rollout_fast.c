@@ -220,12 +220,16 @@ fp4rl_status fp4rl_cpu_linear_w4b_ok(fp4rl_context *ctx, const fp4rl_tensor *w)
     return FP4RL_OK;
 }
 
+/* The CPU reads the weight as stored: nothing to re-lay out. */
+fp4rl_status fp4rl_cpu_linear_w4b_pack(fp4rl_context *ctx, fp4rl_tensor *w) { return fp4rl_cpu_linear_w4b_ok(ctx, w); }
+
 /* The composition the contract names: the weight dequantized to BF16 (exact), then the BF16 GEMM. */
 fp4rl_status fp4rl_cpu_linear_forward_w4b(fp4rl_context *ctx, float *y, const uint16_t *x, const fp4rl_tensor *w, const float *b, int64_t N,
                                           int64_t K, int64_t OUT)
 {
     fp4rl_status st = fp4rl_cpu_linear_w4b_ok(ctx, w);
     if (st) return st;
+    if (w->layout) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "linear_forward_w4b: the weight was re-laid out for another backend");
     if (w->q.rows != OUT || w->q.cols != K)
         return fp4rl_fail(FP4RL_ERR_SHAPE, "linear_forward_w4b: the weight is [%lld, %lld], the layer [%lld, %lld]", (long long)w->q.rows,
                           (long long)w->q.cols, (long long)OUT, (long long)K);

@@ -488,6 +488,11 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
         fast_plan *f = (fast_plan *)plan_of(e, r);
         if (f->w4b && fused_first(e, r) == r && m->ops->linear_w4b_ok(ctx, e->wt[r]) != FP4RL_OK) f->w4b = 0;
     }
+    /* and its layout (CUDA, HiF4: the A fragments' order, one 16-byte load a thread a chunk), once
+     * per rollout; the same results bit for bit */
+    for (int64_t l = 0; l < L && !st; l++)
+        for (int r = 0; r < FP4RL_LIN_COUNT && !st; r++)
+            if (plan_of(e, r)->w4b && fused_first(e, r) == r) st = m->ops->linear_w4b_pack(ctx, e->wt[l * FP4RL_LIN_COUNT + r]);
     float *head = fp4rl_model_w(m, fp4rl_model_p_head(m));
     e->whead = head;
     if (!st && e->s_head.mode[FP4RL_ROLE_WEIGHT] != FP4RL_NUMERICS_FP32) {

@@ -76,7 +76,12 @@ struct fp4rl_tensor {
     void (*release)(void *);
     void *release_ctx;
     void *retained;    /* VIEW: the block base passed to fp4rl_block_retain */
+    /* 0: data and scales as format/layout.h says. FP4RL_LAYOUT_W4B: re-laid out by the backend's
+     * linear_w4b_pack (ops_list.h) for its linear_forward_w4b, which alone reads it; such tensors
+     * stay inside the rollout engine, and the ABI refuses them (fp4rl_check_tensor). */
+    int layout;
 };
+#define FP4RL_LAYOUT_W4B 1
 
 /* What a collective of the backend's communicator reduces, and how (see fp4rl_backend.allreduce). */
 typedef enum fp4rl_reduce_kind {

@@ -76,6 +76,7 @@ void fp4rl_rows_cols(int ndim, const int64_t *dims, int64_t *rows, int64_t *cols
 fp4rl_status fp4rl_check_tensor(const fp4rl_tensor *t, const char *fn, const char *what)
 {
     if (!t) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, what);
+    if (t->layout) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "%s: %s is a weight re-laid out for the rollout's decode GEMM", fn, what);
     return fp4rl_check_ctx(t->ctx, fn);
 }
 
