@@ -7,7 +7,7 @@
 # cuBLASLt BF16, M 1..512, N = K = 8192 and the 3B fused shapes); 3. the 3B HiF4 W4A4 + ResQ 2:4
 # and BF16 rollouts (16 x 8 of 128 + 256) with FP4RL_ROLLOUT_W4B on and off; 4.
 # test_ops_parity and test_rollout_graphs (FP4RL_SWIGLU_ACT=1: the activation kernel, swiglu_act,
-# the W4B engine), then the swiglu_act A/B (HiF4 and BF16). Logs in $OUT (the caller tars them).
+# the W4B engine), then the swiglu_act A/B (HiF4 and BF16); after 2, ncu of the re-laid-out kernel where it reads counters. Logs in $OUT (the caller tars them).
 # Usage: bash bench/device_w4b.sh [pkg=.devrun-b] [budget=420]  (seconds after which no new step starts)
 set -uo pipefail
 pkg=.devrun-b budget=420
@@ -25,7 +25,15 @@ export LD_LIBRARY_PATH=/tmp/optin/pkg/lib:$lt OPENBLAS_NUM_THREADS=1 FP4RL_FIXTU
 nvidia-smi --query-gpu=name --format=csv,noheader
 (cd /tmp && timeout 150 $bin/test_w4b) > $L/test_w4b.log 2>&1
 echo "test_w4b rc=$? $(grep -E '^[0-9]+%: Checks' $L/test_w4b.log | tail -1) (t=$SECONDS)"; grep -E ":F:|:E:|w4b:|identity|random|3B" $L/test_w4b.log | cut -c1-400 | head -8
-(cd /tmp && timeout 90 stdbuf -oL $bin/fp4rl_bench 5 w4b) > $L/bench_w4b.md 2>&1; grep -E "^\||GB/s" $L/bench_w4b.md | head -40
+(cd /tmp && timeout 150 stdbuf -oL $bin/fp4rl_bench 5 w4b) > $L/bench_w4b.md 2>&1; grep -E "^\||GB/s" $L/bench_w4b.md | head -40
+# 2b. where ncu reads counters (Firecracker machines): the re-laid-out kernel at M = 1 and 128, 8192^2
+if [ $SECONDS -lt $budget ] && command -v ncu > /dev/null; then
+  for m in 1 128; do
+    (cd /tmp && timeout 60 ncu --clock-control none -k regex:wp_kernel -c 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+      $bin/fp4rl_bench 1 w4bprof $m 8192 8192 pack) > $L/ncu_m$m.txt 2>&1
+    echo "ncu M=$m rc=$?"; grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Issued Ipc|No Eligible|Stall" $L/ncu_m$m.txt | head -14
+  done
+fi
 roll() { # numerics, prompts, then env settings; one line of tokens/s
   local num=$1 P=$2; shift 2
   [ $SECONDS -lt $budget ] || { echo "skipped (budget): 3b $num ${P}x8 $*"; return; }

@@ -73,6 +73,11 @@ struct PStage {
     static constexpr int SMEM = STAGES * BYTES + 1024;
 };
 
+/* The ring stage of chunk c >= 0 (STAGES a power of two: a mask, not a signed modulo). */
+__host__ __device__ constexpr int ring(int c, int stages) { return (int)((unsigned)c & (unsigned)(stages - 1)); }
+static_assert(Stage<1, 32>::STAGES == 8 && Stage<1, 128>::STAGES == 4 && PStage<1, 32>::STAGES == 8 && PStage<1, 128>::STAGES == 4,
+              "ring stages: powers of two");
+
 /* The device code below exists in the sm_90a pass only (the kernel's body is a trap elsewhere). */
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* The BF16 bits of the 8 magnitudes, high bytes and low bytes, k = 0..3 in the first word. */
@@ -432,7 +437,7 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
 
     WbCopies<MT, NB, HIF4> copies(p, cbeg, n0, m0, tid);
 #pragma unroll
-    for (int i = 0; i < STAGES - 2; i++) copies.issue(cbeg + i, cend, sbase + (uint32_t)(((cbeg + i) % STAGES) * S::BYTES), tid);
+    for (int i = 0; i < STAGES - 2; i++) copies.issue(cbeg + i, cend, sbase + (uint32_t)(ring(cbeg + i, STAGES) * S::BYTES), tid);
 
     for (int c = cbeg; c < cend; c++) {
         /* chunk c landed (this thread's copies), for every thread and for wgmma's async reads */
@@ -441,8 +446,8 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
         __syncthreads();
         /* chunk c + STAGES - 2 into the stage of chunk c - 2: every thread passed chunk c - 1's
          * step 0 (barrier above), whose wait_group 1 retired all of chunk c - 2's wgmmas */
-        copies.issue(c + STAGES - 2, cend, sbase + (uint32_t)(((c + STAGES - 2) % STAGES) * S::BYTES), tid);
-        const int so = (c % STAGES) * S::BYTES;
+        copies.issue(c + STAGES - 2, cend, sbase + (uint32_t)(ring(c + STAGES - 2, STAGES) * S::BYTES), tid);
+        const int so = ring(c, STAGES) * S::BYTES;
         const uint8_t *st = smem + so;
         /* the chunk's scales of this thread's rows */
         uint32_t sc[MT][2][2]; /* HiF4: base2, inc2; MXFP4: the two units' BF16x2 scales */
@@ -534,14 +539,14 @@ __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
 
     PCopies<MT, NB> copies(p, cbeg, rb, m0, tid);
 #pragma unroll
-    for (int i = 0; i < STAGES - 2; i++) copies.issue(cbeg + i, cend, sbase + (uint32_t)(((cbeg + i) % STAGES) * S::BYTES));
+    for (int i = 0; i < STAGES - 2; i++) copies.issue(cbeg + i, cend, sbase + (uint32_t)(ring(cbeg + i, STAGES) * S::BYTES));
 
     for (int c = cbeg; c < cend; c++) {
         cp_async_wait<STAGES - 3>(); /* the ring as wb_kernel's */
         wg_fence_proxy_async();
         __syncthreads();
-        copies.issue(c + STAGES - 2, cend, sbase + (uint32_t)(((c + STAGES - 2) % STAGES) * S::BYTES));
-        const int so = (c % STAGES) * S::BYTES;
+        copies.issue(c + STAGES - 2, cend, sbase + (uint32_t)(ring(c + STAGES - 2, STAGES) * S::BYTES));
+        const int so = ring(c, STAGES) * S::BYTES;
         const uint8_t *st = smem + so;
         uint4 cw[MT];
         uint32_t b2[MT][2], z[MT][2];
