@@ -45,7 +45,9 @@ struct WB {
     int64_t row_bytes, scale_cols;
     int tile; /* MXFP4: 0 (1D) or 32 (2D tiles) */
     int slices, chunks_per_slice, chunks;
-    int tiles; /* the HiF4 re-layout (wp_kernel): 64-row tiles */
+    int tiles;      /* the HiF4 re-layout (wp_kernel): 64-row tiles */
+    uint32_t magic; /* wp_kernel: 0x43004300 (BF16x2 128), a parameter so that one LOP3 a register
+                     * ORs it in (two immediates would take two) */
 };
 
 /* One ring stage: activations [NB][128 bytes] (swizzled, 1024-byte aligned: first), weight codes
@@ -282,6 +284,20 @@ __device__ __forceinline__ void wp_row(uint32_t w, uint32_t r1, uint32_t m1, uin
     b2 = b * 0x00010001u;
     const uint32_t u = w >> 8; /* the NaN word's increments are zero (pack_word) */
     z = (u & 0x00550055u) + ((__funnelshift_r(u, u, r1) & m1) | (__funnelshift_r(u, u, r2) & m2));
+}
+/* a * b + c and (a & b) | c as single instructions (PTX, so the compiler keeps their form: it would
+ * otherwise shift before masking, or OR an immediate in a second LOP3). */
+__device__ __forceinline__ uint32_t mad_u32(uint32_t a, uint32_t b, uint32_t c)
+{
+    uint32_t d;
+    asm("mad.lo.u32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c)
+{
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
 }
 __device__ __forceinline__ uint32_t bfma2(uint32_t a, uint32_t b, uint32_t c)
 {
@@ -549,7 +565,7 @@ __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
         const int so = ring(c, STAGES) * S::BYTES;
         const uint8_t *st = smem + so;
         uint4 cw[MT];
-        uint32_t b2[MT][2], z[MT][2];
+        uint32_t b2[MT][2], c2[MT][2], z[MT][2];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             const int tile = wg * MT + mt;
@@ -557,7 +573,11 @@ __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
             const uint2 sw = *reinterpret_cast<const uint2 *>(st + S::WS + tile * 256 + (wl * 8 + g) * 8);
             wp_row(sw.x, r1, m1, r2, m2, b2[mt][0], z[mt][0]);
             wp_row(sw.y, r1, m1, r2, m2, b2[mt][1], z[mt][1]);
+            /* -136 base / 4: times 2^inc below by the same exponent add as the scale (normal, or NaN with z = 0) */
+            c2[mt][0] = bmul2(b2[mt][0], neg136);
+            c2[mt][1] = bmul2(b2[mt][1], neg136);
         }
+        const uint64_t db0 = wg_desc_bits(sbase + (uint32_t)so + S::A, 16, 1024, 1); /* + 2 a step: 32 bytes */
 #pragma unroll
         for (int s = 0; s < KC / 16; s++) {
             uint32_t af[MT][4];
@@ -566,15 +586,16 @@ __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
                 const uint32_t y = s == 0 ? cw[mt].x : s == 1 ? cw[mt].y : s == 2 ? cw[mt].z : cw[mt].w;
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) { /* a[hh]: the step's first 8 k, a[2 + hh]: its second */
-                    const uint32_t sc = b2[mt][hh] + (z[mt][hh] & (0x00030003u << (2 * s))) * (0x80u >> (2 * s));
-                    const uint32_t cc = bmul2(sc, neg136);
-                    const uint32_t x0 = ((y >> (4 * hh)) & 0x000F000Fu) | 0x43004300u;
-                    const uint32_t x1 = ((y >> (4 * (2 + hh))) & 0x000F000Fu) | 0x43004300u;
+                    /* the increments of step s to the exponent fields: one LOP3, then an IMAD each */
+                    const uint32_t zm = z[mt][hh] & (0x00030003u << (2 * s));
+                    const uint32_t sc = mad_u32(zm, 0x80u >> (2 * s), b2[mt][hh]), cc = mad_u32(zm, 0x80u >> (2 * s), c2[mt][hh]);
+                    const uint32_t x0 = and_or(y >> (4 * hh), 0x000F000Fu, p.magic);
+                    const uint32_t x1 = and_or(y >> (4 * (2 + hh)), 0x000F000Fu, p.magic);
                     af[mt][hh] = bfma2(x0, half_lo2(sc), half_lo2(cc));
                     af[mt][2 + hh] = bfma2(x1, half_hi2(sc), half_hi2(cc));
                 }
             }
-            const uint64_t db = wg_desc_bits(sbase + (uint32_t)so + S::A + 32u * s, 16, 1024, 1);
+            const uint64_t db = db0 + 2u * (uint32_t)s;
             wg_fence();
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) wb_mma<NB>(acc[mt], af[mt], db);
@@ -737,6 +758,7 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     p.tile = w->dtype == FP4RL_DTYPE_MXFP4 ? w->q.tile : 0;
     p.chunks = (int)(K / KC);
     p.tiles = (int)((N + 63) / 64);
+    p.magic = 0x43004300u;
     /* 0 HiF4 as stored, 1 MXFP4, 2 HiF4 re-laid out by fp4rl_cuda_w4b_pack */
     const int layout = w->layout == FP4RL_LAYOUT_W4B ? 2 : w->dtype == FP4RL_DTYPE_HIF4 ? 0 : 1;
     /* The tile: NB the fewest activation rows (32, 64, 128) covering M, up to 128; 256 weight rows a
