@@ -18,8 +18,9 @@ for a in "$@"; do
   *) echo "unknown argument: $a (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
 done
-mkdir -p /tmp/optin /tmp/logs && tar xJf "$pkg/pkg.tar.xz" -C /tmp/optin || exit 1
-bin=/tmp/optin/pkg/bin L=/tmp/logs
+L=${LOGDIR:-/tmp/logs}  # LOGDIR=$OUT: what a run cut off at its limit wrote still comes back
+mkdir -p /tmp/optin "$L" && tar xJf "$pkg/pkg.tar.xz" -C /tmp/optin || exit 1
+bin=/tmp/optin/pkg/bin
 lt=$(dirname "$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=/tmp/optin/pkg/lib:$lt OPENBLAS_NUM_THREADS=1 FP4RL_FIXTURES=$PWD/tests/fixtures FP4RL_D8_QUICK=1
 nvidia-smi --query-gpu=name --format=csv,noheader
