@@ -35,6 +35,13 @@ if [ $SECONDS -lt $budget ] && command -v ncu > /dev/null; then
     echo "ncu M=$m rc=$?"; grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Issued Ipc|No Eligible|Stall" $L/ncu_m$m.txt | head -14
   done
 fi
+# 2c. compute-sanitizer memcheck of both kernels on ragged shapes (where the machine's runtime has it)
+if [ $SECONDS -lt $budget ] && command -v compute-sanitizer > /dev/null; then
+  for a in "1 300 320" "33 300 320 pack" "300 77 2048 pack" "100 130 640"; do
+    (cd /tmp && timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 $bin/fp4rl_bench 1 w4bprof $a) > $L/memcheck.txt 2>&1
+    echo "memcheck w4bprof $a: rc=$? $(grep -E 'ERROR SUMMARY' $L/memcheck.txt | tail -1)"
+  done
+fi
 roll() { # numerics, prompts, then env settings; one line of tokens/s
   local num=$1 P=$2; shift 2
   [ $SECONDS -lt $budget ] || { echo "skipped (budget): 3b $num ${P}x8 $*"; return; }
