@@ -23,6 +23,7 @@
 #include "decode_w4b.h"
 #include "format/formats.h"
 #include "format/layout.h"
+#include "format/w4b_layout.h"
 #include "gemm_fp8.h" /* fp4rl_cuda_has_sm90a */
 #include "mma_common.cuh"
 #include "wgmma_common.cuh"
@@ -46,7 +47,7 @@ struct WB {
     int tile; /* MXFP4: 0 (1D) or 32 (2D tiles) */
     int slices, chunks_per_slice, chunks;
     int tiles;      /* the HiF4 re-layout (wp_kernel): 64-row tiles */
-    uint32_t magic; /* wp_kernel: 0x43004300 (BF16x2 128), a parameter so that one LOP3 a register
+    uint32_t magic; /* wp_kernel: FP4RL_W4B_MAGIC, a parameter so that one LOP3 a register
                      * ORs it in (two immediates would take two) */
 };
 
@@ -75,8 +76,6 @@ struct PStage {
     static constexpr int SMEM = STAGES * BYTES + 1024;
 };
 
-/* The ring stage of chunk c >= 0 (STAGES a power of two: a mask, not a signed modulo). */
-__host__ __device__ constexpr int ring(int c, int stages) { return (int)((unsigned)c & (unsigned)(stages - 1)); }
 static_assert(Stage<1, 32>::STAGES == 8 && Stage<1, 128>::STAGES == 4 && PStage<1, 32>::STAGES == 8 && PStage<1, 128>::STAGES == 4,
               "ring stages: powers of two");
 
@@ -263,28 +262,10 @@ struct WbCopies {
     }
 };
 
-/* ---- the HiF4 re-layout (fp4rl_cuda_w4b_pack; decode_w4b.h has the layout) ----
- * A thread's codes for one 64-k chunk of one m64 tile are one 16-byte word in shared memory: word
- * s (the k16 step) holds A fragment register j (a0..a3) in nibbles j (its first element) and j + 4
- * (its second), as offset-binary levels n = v + 8 (v = -7..7; -0 is +0: the accumulator starts at
- * +0, so a product's zero sign never shows). One LOP3 makes n into the BF16 128 + n (n in the low
- * mantissa bits of 2^7), and one BF16x2 FMA ((136 + v) sc - 136 sc) gives v sc exactly, rounded
- * once: v (3 bits) times sc (base / 4 times 2^inc, 3 bits) has at most 6 significant bits, and
- * -136 sc (at most 7) is exact too. The register's scale sc differs per 8-k half of a step (the
- * increments e8 + e16), so each row's word gives a BF16x2 pair per step (H0: the step's first
- * half, H1: its second), which the FMAs read through half selects. */
+/* The ring stage of chunk c >= 0 (STAGES a power of two: a mask, not a signed modulo). */
+__device__ __forceinline__ int ring(int c, int stages) { return (int)((unsigned)c & (unsigned)(stages - 1)); }
 
-/* The row's base / 4 (BF16x2; NaN for the NaN word) and its increments z: field s (2 bits) at bit
- * 2 s the step's first half, at bit 16 + 2 s its second, for this thread's micro-blocks (th = t >> 1:
- * the packed word's bits for th = 0 at rotation 1, for th = 1 at rotations 8 and 25, see pack_word). */
-__device__ __forceinline__ void wp_row(uint32_t w, uint32_t r1, uint32_t m1, uint32_t r2, uint32_t m2, uint32_t &b2, uint32_t &z)
-{
-    const uint32_t s = w & 0xFFu;
-    const uint32_t b = s == FP4RL_HIF4_NAN_WORD ? 0x7FC0u : (s << 5) + (77u << 7); /* as hif4_scales */
-    b2 = b * 0x00010001u;
-    const uint32_t u = w >> 8; /* the NaN word's increments are zero (pack_word) */
-    z = (u & 0x00550055u) + ((__funnelshift_r(u, u, r1) & m1) | (__funnelshift_r(u, u, r2) & m2));
-}
+/* ---- the HiF4 re-layout (format/w4b_layout.h has the layout and the arithmetic) ---- */
 /* a * b + c and (a & b) | c as single instructions (PTX, so the compiler keeps their form: it would
  * otherwise shift before masking, or OR an immediate in a second LOP3). */
 __device__ __forceinline__ uint32_t mad_u32(uint32_t a, uint32_t b, uint32_t c)
@@ -525,7 +506,7 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
 }
 
 /* The HiF4 re-laid-out kernel (fp4rl_cuda_w4b_pack): wb_kernel's ring, MMAs and epilogue; a chunk's
- * weights are one 16-byte load a tile and one LOP3 + one FMA a register (see wp_row). */
+ * weights are one 16-byte load a tile and one LOP3 + one FMA a register (format/w4b_layout.h). */
 template <int MT, int NB>
 __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
 {
@@ -542,10 +523,8 @@ __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
     const int n0 = rb * S::TILES * 64, m0 = blockIdx.y * NB;
     const int cbeg = slice * p.chunks_per_slice, cend = min(p.chunks, cbeg + p.chunks_per_slice);
     const int rl0 = wg * MT * 64 + wl * 16 + g;
-    /* where this thread's micro-block bits sit in a packed word (wp_row, pack_word) */
-    const bool th = (t >> 1) != 0;
-    const uint32_t r1 = th ? 8u : 1u, m1 = th ? 0x55u : 0x00550055u, r2 = th ? 25u : 1u, m2 = th ? 0x00550000u : 0u;
-    const uint32_t neg136 = 0xC308C308u; /* BF16x2 -136 */
+    const fp4rl_w4b_th thc = fp4rl_w4b_th_of(t >> 1); /* where this thread's micro-block bits sit in a word */
+    const uint32_t neg136 = FP4RL_W4B_NEG136;
 
     float acc[MT][NR];
 #pragma unroll
@@ -571,8 +550,10 @@ __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
             const int tile = wg * MT + mt;
             cw[mt] = *reinterpret_cast<const uint4 *>(st + S::W + tile * 2048 + (wl * 32 + lane) * 16);
             const uint2 sw = *reinterpret_cast<const uint2 *>(st + S::WS + tile * 256 + (wl * 8 + g) * 8);
-            wp_row(sw.x, r1, m1, r2, m2, b2[mt][0], z[mt][0]);
-            wp_row(sw.y, r1, m1, r2, m2, b2[mt][1], z[mt][1]);
+            b2[mt][0] = fp4rl_w4b_base2(sw.x);
+            b2[mt][1] = fp4rl_w4b_base2(sw.y);
+            z[mt][0] = fp4rl_w4b_incs(sw.x, thc);
+            z[mt][1] = fp4rl_w4b_incs(sw.y, thc);
             /* -136 base / 4: times 2^inc below by the same exponent add as the scale (normal, or NaN with z = 0) */
             c2[mt][0] = bmul2(b2[mt][0], neg136);
             c2[mt][1] = bmul2(b2[mt][1], neg136);
@@ -587,8 +568,8 @@ __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) { /* a[hh]: the step's first 8 k, a[2 + hh]: its second */
                     /* the increments of step s to the exponent fields: one LOP3, then an IMAD each */
-                    const uint32_t zm = z[mt][hh] & (0x00030003u << (2 * s));
-                    const uint32_t sc = mad_u32(zm, 0x80u >> (2 * s), b2[mt][hh]), cc = mad_u32(zm, 0x80u >> (2 * s), c2[mt][hh]);
+                    const uint32_t zm = z[mt][hh] & fp4rl_w4b_step_mask(s);
+                    const uint32_t sc = mad_u32(zm, fp4rl_w4b_step_mul(s), b2[mt][hh]), cc = mad_u32(zm, fp4rl_w4b_step_mul(s), c2[mt][hh]);
                     const uint32_t x0 = and_or(y >> (4 * hh), 0x000F000Fu, p.magic);
                     const uint32_t x1 = and_or(y >> (4 * (2 + hh)), 0x000F000Fu, p.magic);
                     af[mt][hh] = bfma2(x0, half_lo2(sc), half_lo2(cc));
@@ -660,54 +641,26 @@ cudaError_t wb_dispatch(const WB &p, int mt, int nb, int layout, dim3 grid, cuda
     return mt == 2 ? k_dispatch_l<2>(p, layout, nb, grid, s, occ) : k_dispatch_l<1>(p, layout, nb, grid, s, occ);
 }
 
-/* ---- the re-layout (fp4rl_cuda_w4b_pack), one thread an output word ---- */
-/* A HiF4 code (sign, 3-bit level) as the offset-binary level wp_kernel reads: 8 + v. */
-__device__ __forceinline__ uint32_t wp_level(uint32_t code) { return code & 8u ? 8u - (code & 7u) : 8u + (code & 7u); }
-
-/* codes: word i = (((tile * chunks + c) * 4 + warp) * 32 + lane) * 4 + s; nibble j of it (j < 4)
- * the first element of A register j of step s, nibble j + 4 the second (row 16 warp + g + 8 (j & 1),
- * k 64 c + 16 s + 2 t + 8 (j >> 1), + 1); rows past N level 0. */
-__global__ void wp_pack_codes(const uint8_t *codes, int64_t row_bytes, int N, int chunks, int64_t total, uint32_t *out)
+/* ---- the re-layout (fp4rl_cuda_w4b_pack, format/w4b_layout.h), one thread an output word ---- */
+__global__ void wp_pack_codes(const uint8_t *codes, int64_t row_bytes, int64_t N, int64_t chunks, int64_t total, uint32_t *out)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        const int s = (int)(i & 3), lane = (int)((i >> 2) & 31), w = (int)((i >> 7) & 3);
-        const int64_t tc = i >> 9, tile = tc / chunks, c = tc - tile * chunks;
-        const int g = lane >> 2, t = lane & 3;
         uint32_t o = 0;
         for (int j = 0; j < 4; j++) {
-            const int64_t row = tile * 64 + 16 * w + g + 8 * (j & 1), k = 64 * c + 16 * s + 2 * t + 8 * (j >> 1);
-            const uint32_t b = row < N ? codes[row * row_bytes + k / 2] : 0u; /* elements k (low nibble) and k + 1 */
-            o |= wp_level(b & 15u) << (4 * j) | wp_level(b >> 4) << (16 + 4 * j);
+            int64_t row, k;
+            fp4rl_w4b_code_pos(i, chunks, j, &row, &k);
+            const uint32_t b = row < N ? codes[row * row_bytes + k / 2] : 0u; /* elements k (low nibble), k + 1 */
+            o |= fp4rl_w4b_level(b & 15u) << (4 * j) | fp4rl_w4b_level(b >> 4) << (16 + 4 * j);
         }
         out[i] = o;
     }
 }
-/* A HiF4 word (format/layout.h) as wp_row reads it: the base in bits 0..7 (the NaN word alone, its
- * increments zero), then u = bits 8..31 with, for step s (k 16 s .. 16 s + 15 of the unit): e8[2 s]
- * at u bit 2 s, e16[4 s] at 2 s + 1, e16[4 s + 1] at 8 + 2 s, e16[4 s + 3] at 9 + 2 s, e8[2 s + 1] at
- * 16 + 2 s, e16[4 s + 2] at 17 + 2 s; so u & 0x00550055 holds the e8 of both halves of every step
- * where the increments go, rotating u right by 1 brings the e16 of threads t = 0, 1 there, by 8 and
- * 25 those of t = 2, 3. */
-__device__ __forceinline__ uint32_t wp_word(uint32_t w)
-{
-    if ((w & FP4RL_HIF4_BASE_MASK) == FP4RL_HIF4_NAN_WORD) return FP4RL_HIF4_NAN_WORD;
-    uint32_t u = 0;
-    for (int s = 0; s < 4; s++) {
-        const uint32_t e8a = (w >> (FP4RL_HIF4_E8_SHIFT + 2 * s)) & 1u, e8b = (w >> (FP4RL_HIF4_E8_SHIFT + 2 * s + 1)) & 1u;
-        const uint32_t e16 = (w >> (FP4RL_HIF4_E16_SHIFT + 4 * s)) & 15u; /* micro-blocks 4 s .. 4 s + 3 */
-        u |= e8a << (2 * s) | (e16 & 1u) << (2 * s + 1) | ((e16 >> 1) & 1u) << (8 + 2 * s) | ((e16 >> 3) & 1u) << (9 + 2 * s) |
-             e8b << (16 + 2 * s) | ((e16 >> 2) & 1u) << (17 + 2 * s);
-    }
-    return (w & FP4RL_HIF4_BASE_MASK) | u << 8;
-}
-/* words: word i = ((tile * chunks + c) * 4 + warp) * 16 + g * 2 + hh, row 16 warp + g + 8 hh. */
-__global__ void wp_pack_words(const uint32_t *words, int64_t scale_cols, int N, int chunks, int64_t total, uint32_t *out)
+__global__ void wp_pack_words(const uint32_t *words, int64_t scale_cols, int64_t N, int64_t chunks, int64_t total, uint32_t *out)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        const int hh = (int)(i & 1), g = (int)((i >> 1) & 7), w = (int)((i >> 4) & 3);
-        const int64_t tc = i >> 6, tile = tc / chunks, c = tc - tile * chunks;
-        const int64_t row = tile * 64 + 16 * w + g + 8 * hh;
-        out[i] = wp_word(row < N ? words[row * scale_cols + c] : 0u);
+        int64_t row, c;
+        fp4rl_w4b_word_pos(i, chunks, &row, &c);
+        out[i] = fp4rl_w4b_word(row < N ? words[row * scale_cols + c] : 0u);
     }
 }
 
@@ -758,7 +711,7 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     p.tile = w->dtype == FP4RL_DTYPE_MXFP4 ? w->q.tile : 0;
     p.chunks = (int)(K / KC);
     p.tiles = (int)((N + 63) / 64);
-    p.magic = 0x43004300u;
+    p.magic = FP4RL_W4B_MAGIC;
     /* 0 HiF4 as stored, 1 MXFP4, 2 HiF4 re-laid out by fp4rl_cuda_w4b_pack */
     const int layout = w->layout == FP4RL_LAYOUT_W4B ? 2 : w->dtype == FP4RL_DTYPE_HIF4 ? 0 : 1;
     /* The tile: NB the fewest activation rows (32, 64, 128) covering M, up to 128; 256 weight rows a
@@ -819,7 +772,7 @@ fp4rl_status fp4rl_cuda_w4b_pack(fp4rl_context *ctx, fp4rl_tensor *w)
     if (st) return st;
     fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
     const int64_t N = w->q.rows, chunks = w->q.cols / KC, tiles = (N + 63) / 64;
-    const size_t ncodes = (size_t)(tiles * chunks) * 2048, nwords = (size_t)(tiles * chunks) * 256;
+    const size_t ncodes = (size_t)(tiles * chunks) * FP4RL_W4B_TILE_CODE_BYTES, nwords = (size_t)(tiles * chunks) * FP4RL_W4B_TILE_WORD_BYTES;
     void *codes = NULL, *words = NULL;
     st = ctx->be->alloc(ctx, &codes, ncodes);
     if (!st) st = ctx->be->alloc(ctx, &words, nwords);
@@ -829,8 +782,8 @@ fp4rl_status fp4rl_cuda_w4b_pack(fp4rl_context *ctx, fp4rl_tensor *w)
     }
     const int64_t tc = (int64_t)ncodes / 4, tw = (int64_t)nwords / 4;
     const unsigned bc = (unsigned)((tc + 255) / 256 < 65536 ? (tc + 255) / 256 : 65536), bw = (unsigned)((tw + 255) / 256 < 65536 ? (tw + 255) / 256 : 65536);
-    wp_pack_codes<<<bc, 256, 0, cu->stream>>>(static_cast<const uint8_t *>(w->data), w->q.row_bytes, (int)N, (int)chunks, tc, static_cast<uint32_t *>(codes));
-    wp_pack_words<<<bw, 256, 0, cu->stream>>>(static_cast<const uint32_t *>(w->scales), w->q.scale_cols, (int)N, (int)chunks, tw, static_cast<uint32_t *>(words));
+    wp_pack_codes<<<bc, 256, 0, cu->stream>>>(static_cast<const uint8_t *>(w->data), w->q.row_bytes, N, chunks, tc, static_cast<uint32_t *>(codes));
+    wp_pack_words<<<bw, 256, 0, cu->stream>>>(static_cast<const uint32_t *>(w->scales), w->q.scale_cols, N, chunks, tw, static_cast<uint32_t *>(words));
     st = fp4rl_cuda_check_launch(ctx, "w4b_pack");
     if (st) {
         ctx->be->free(ctx, codes);
