@@ -383,13 +383,39 @@ __device__ __forceinline__ void wb_store(const WB &p, float (&acc)[MT][NB / 2], 
     __syncthreads();
     if (!last) return;
     __threadfence();
-    const int mrows = min(NB, p.M - m0);
-    for (int idx = tid; idx < S::ROWS * mrows; idx += THREADS) { /* n fastest: coalesced */
-        const int m = m0 + idx / S::ROWS, n = n0 + idx % S::ROWS;
-        if (n >= p.N) continue;
-        float sum = 0.0f;
-        for (int s = 0; s < p.slices; s++) sum = __fadd_rn(sum, __ldcg(&p.ws[((int64_t)s * p.M + m) * p.N + n]));
-        p.c[(int64_t)m * p.ldc + n] = p.bias ? sum + p.bias[n] : sum;
+    /* 4 outputs a thread at a time (n fastest: coalesced), their partials 4 slices at a time: 16
+     * loads in flight before the sums, which stay in slice order (a loop of dependent load + add
+     * was latency-bound: a whole tile's outputs times the slices, one L2 round trip each) */
+    const int total = S::ROWS * min(NB, p.M - m0);
+    for (int base = 0; base < total; base += 4 * THREADS) {
+        float sum[4];
+        int64_t off[4];
+        bool ok[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int idx = base + u * THREADS + tid, m = m0 + idx / S::ROWS, n = n0 + idx % S::ROWS;
+            ok[u] = idx < total && n < p.N;
+            off[u] = ok[u] ? (int64_t)m * p.N + n : 0;
+            sum[u] = 0.0f;
+        }
+        for (int s0 = 0; s0 < p.slices; s0 += 4) {
+            float v[4][4];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) v[u][q] = ok[u] && s0 + q < p.slices ? __ldcg(&p.ws[(int64_t)(s0 + q) * p.M * p.N + off[u]]) : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    if (s0 + q < p.slices) sum[u] = __fadd_rn(sum[u], v[u][q]);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (ok[u]) {
+                const int64_t m = off[u] / p.N, n = off[u] - m * p.N;
+                p.c[m * p.ldc + n] = p.bias ? sum[u] + p.bias[n] : sum[u];
+            }
     }
 }
 
@@ -714,31 +740,35 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     p.magic = FP4RL_W4B_MAGIC;
     /* 0 HiF4 as stored, 1 MXFP4, 2 HiF4 re-laid out by fp4rl_cuda_w4b_pack */
     const int layout = w->layout == FP4RL_LAYOUT_W4B ? 2 : w->dtype == FP4RL_DTYPE_HIF4 ? 0 : 1;
-    /* The tile: NB the fewest activation rows (32, 64, 128) covering M, up to 128; 256 weight rows a
-     * CTA (two m64 tiles a warpgroup: the per-chunk copies and barrier over twice the work) where
-     * NB <= 64 or that still gives a CTA a multiprocessor, else 128 (more CTAs). */
+    /* The tile: NB the fewest activation rows (32, 64, 128) covering M, up to 128. The grid: one
+     * wave of the CTAs the device holds at once (occ a multiprocessor; a second, partial wave would
+     * cost a whole CTA's time), filled by split-K: every slice keeps 4 chunks, and the slices'
+     * FP32 partials (written and read again; mostly in L2) stay within 4 weight bytes a partial
+     * byte and 16 MB. 256 weight rows a CTA (two m64 tiles a warpgroup: the per-chunk copies,
+     * barrier and MMA issue over twice the work) where that fills 3/4 of the wave, else 128. */
     const int nb = M <= 32 ? 32 : M <= 64 ? 64 : 128;
     const int64_t mblocks = (M + nb - 1) / nb;
+    if (mblocks > 65535) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: M = %lld too large", (long long)M);
     const int sms = cu->sm_count > 0 ? cu->sm_count : 1;
-    const int mt = nb <= 64 || ((N + 255) / 256) * mblocks >= sms ? 2 : 1;
+    int64_t smax = p.chunks / 4;
+    if (smax > K / (4 * M)) smax = K / (4 * M);
+    if (smax > (16LL << 20) / (4 * M * N)) smax = (16LL << 20) / (4 * M * N);
+    if (smax > 32) smax = 32;
+    if (smax < 1) smax = 1;
+    int occ = 1, mt = 2;
+    cudaError_t e = wb_dispatch(p, 2, nb, layout, dim3(0, 0), cu->stream, &occ);
+    if (e == cudaSuccess && 4 * ((N + 255) / 256) * mblocks * smax < 3 * (int64_t)occ * sms) {
+        mt = 1;
+        e = wb_dispatch(p, 1, nb, layout, dim3(0, 0), cu->stream, &occ);
+    }
+    if (e != cudaSuccess) return fp4rl_cuda_fail(ctx, e, "w4b_gemm: shared memory attribute");
     const int rows = 128 * mt;
     const int64_t rblocks = (N + rows - 1) / rows;
-    if (mblocks > 65535) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: M = %lld too large", (long long)M);
-    int occ = 1;
-    cudaError_t e = wb_dispatch(p, mt, nb, layout, dim3(0, 0), cu->stream, &occ);
-    if (e != cudaSuccess) return fp4rl_cuda_fail(ctx, e, "w4b_gemm: shared memory attribute");
-    /* split-K up to the CTAs the device holds at once (occ a multiprocessor), while the slices'
-     * partials (written and read again, 8 M bytes a weight row a slice) stay below the weight's
-     * bytes (K / 2 a row) and every slice keeps 4 chunks; at most 16 slices */
     const char *senv = getenv("FP4RL_W4B_SLICES"); /* n slices where the caller left the choice: a tuning knob (read at every call) */
     int want = slices > 0 ? slices : senv && atoi(senv) > 0 ? atoi(senv) : 0;
     if (want <= 0) {
-        const int64_t tiles = rblocks * mblocks, target = (int64_t)occ * sms;
-        want = (int)((target + tiles - 1) / tiles);
-        const int64_t by_bytes = K / (16 * M);
-        if (want > by_bytes) want = (int)by_bytes;
-        if (want > p.chunks / 4) want = p.chunks / 4;
-        if (want > 16) want = 16;
+        const int64_t tiles = rblocks * mblocks, fit = (int64_t)occ * sms / tiles;
+        want = (int)(fit < smax ? fit : smax);
     }
     if (want < 1) want = 1;
     if (want > p.chunks) want = p.chunks;
