@@ -653,7 +653,7 @@ START_TEST(test_rollout_w4_equals_fused)
 }
 END_TEST
 
-/* The rollout with FP4RL_ROLLOUT_W4B=1 (decode GEMMs of at most 1024 rows, here every forward's, on
+/* The rollout with FP4RL_ROLLOUT_W4B=1 (decode GEMMs of at most 32 operand rows, here every decode step's, on
  * the packed weights) and =0: on the CPU linear_forward_w4b is the BF16 GEMM over the same BF16
  * weight words, so the tokens and log mu are the same bit for bit; weights HiF4 / MXFP4 (1D and
  * tiles) with FP4 or BF16 activations, ResQ off / dense / 2:4; swiglu_act on with 2:4 too. */

@@ -80,7 +80,7 @@ fp4rl_status fp4rl_rollout_linear(fp4rl_model *m, fp4rl_arena *a, const fp4rl_li
  * bytes and unit scales, linear_forward_w4 multiplies them by the packed weight (about 28% of the
  * BF16 weight's bytes, which bound a decode step). The same products, summed in another order.
  * W4B (issue 16, plan_w4b): where the weights are HiF4 or MXFP4 (any activation numerics of the
- * fused path), a GEMM whose operand has at most W4B_MAX_ROWS rows keeps the BF16 operand and reads
+ * fused path), a decode GEMM whose operand has at most W4B_MAX_ROWS rows keeps the BF16 operand and reads
  * the packed weight (linear_forward_w4b: its values dequantized to their exact BF16 in registers,
  * the BF16 tensor cores; the products of the BF16 GEMM over wb, summed in another order).
  * Larger forwards (prefill) keep the BF16 GEMM; the head's weights are BF16 (its spec) and so is
@@ -150,7 +150,10 @@ static int fast_w4(const fast_plan *f, int64_t N) { return f->w4 && fast_halves(
 
 /* The W4B path's GEMM rows at most: decode steps (ResQ's 2N of up to 512 sequences), not prefills,
  * whose tensor-core GEMMs on wb are compute-bound and faster. */
-enum { W4B_MAX_ROWS = 1024 };
+/* W4B pays where the GEMM is bound by the weight's bytes: on an H100 (session 20) the re-laid-out
+ * HiF4 kernel ran 1.3-1.8x cuBLASLt BF16 at 1 row at the 3B shapes, 0.55-1.3x at 16, below 1x at
+ * 64-256 rows but for gate+up at 128; so operands of at most 32 rows (ResQ's 2N: 16 sequences). */
+enum { W4B_MAX_ROWS = 32 };
 /* Whether a fused linear over N rows multiplies its BF16 operand by the packed weight. */
 static int fast_w4b(const fast_plan *f, int64_t N) { return f->w4b && !fast_w4(f, N) && fast_halves(f) * N <= W4B_MAX_ROWS; }
 
