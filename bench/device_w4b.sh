@@ -7,13 +7,15 @@
 # cuBLASLt BF16, M 1..512, N = K = 8192 and the 3B fused shapes); 3. the 3B HiF4 W4A4 + ResQ 2:4
 # and BF16 rollouts (16 x 8 of 128 + 256) with FP4RL_ROLLOUT_W4B on and off; 4.
 # test_ops_parity and test_rollout_graphs (FP4RL_SWIGLU_ACT=1: the activation kernel, swiglu_act,
-# the W4B engine), then the swiglu_act A/B (HiF4 and BF16); after 2, ncu of the re-laid-out kernel where it reads counters. Logs in $OUT (the caller tars them).
-# Usage: bash bench/device_w4b.sh [pkg=.devrun-b] [budget=420]  (seconds after which no new step starts)
+# the W4B engine; swiglu_act is on by default since session 20), then the swiglu_act A/B (HiF4 and BF16); after 2, ncu of the re-laid-out kernel where it reads counters. Logs in $OUT (the caller tars them).
+# Usage: bash bench/device_w4b.sh [pkg=.devrun-b] [budget=420] [steps=test,bench,ncu,memcheck,roll,tests,ab,small]
+#   (budget: seconds after which no new step starts; small: the 3B rollouts at 2 x 8, where W4B runs)
 set -uo pipefail
-pkg=.devrun-b budget=420
+pkg=.devrun-b budget=420 steps=test,bench,ncu,memcheck,roll,tests,ab
 for a in "$@"; do
   case $a in
   pkg=*) pkg=${a#pkg=} ;;
+  steps=*) steps=${a#steps=} ;;
   budget=*) budget=${a#budget=} ;;
   *) echo "unknown argument: $a (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
@@ -24,11 +26,14 @@ bin=/tmp/optin/pkg/bin
 lt=$(dirname "$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=/tmp/optin/pkg/lib:$lt OPENBLAS_NUM_THREADS=1 FP4RL_FIXTURES=$PWD/tests/fixtures FP4RL_D8_QUICK=1
 nvidia-smi --query-gpu=name --format=csv,noheader
+on() { [[ ",$steps," == *",$1,"* ]]; }
+if on test; then
 (cd /tmp && timeout 150 $bin/test_w4b) > $L/test_w4b.log 2>&1
 echo "test_w4b rc=$? $(grep -E '^[0-9]+%: Checks' $L/test_w4b.log | tail -1) (t=$SECONDS)"; grep -E ":F:|:E:|w4b:|identity|random|3B" $L/test_w4b.log | cut -c1-400 | head -8
-(cd /tmp && timeout 150 stdbuf -oL $bin/fp4rl_bench 5 w4b) > $L/bench_w4b.md 2>&1; grep -E "^\||GB/s" $L/bench_w4b.md | head -40
+fi
+on bench && { (cd /tmp && timeout 150 stdbuf -oL $bin/fp4rl_bench 5 w4b) > $L/bench_w4b.md 2>&1; grep -E "^\||GB/s" $L/bench_w4b.md | head -40; }
 # 2b. where ncu reads counters (Firecracker machines): the re-laid-out kernel at M = 1 and 128, 8192^2
-if [ $SECONDS -lt $budget ] && command -v ncu > /dev/null; then
+if on ncu && [ $SECONDS -lt $budget ] && command -v ncu > /dev/null; then
   for m in 1 128; do
     (cd /tmp && timeout 60 ncu --clock-control none -k regex:wp_kernel -c 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
       $bin/fp4rl_bench 1 w4bprof $m 8192 8192 pack) > $L/ncu_m$m.txt 2>&1
@@ -36,7 +41,7 @@ if [ $SECONDS -lt $budget ] && command -v ncu > /dev/null; then
   done
 fi
 # 2c. compute-sanitizer memcheck of both kernels on ragged shapes (where the machine's runtime has it)
-if [ $SECONDS -lt $budget ] && command -v compute-sanitizer > /dev/null; then
+if on memcheck && [ $SECONDS -lt $budget ] && command -v compute-sanitizer > /dev/null; then
   for a in "1 300 320" "33 300 320 pack" "300 77 2048 pack" "100 130 640"; do
     (cd /tmp && timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 $bin/fp4rl_bench 1 w4bprof $a) > $L/memcheck.txt 2>&1
     echo "memcheck w4bprof $a: rc=$? $(grep -E 'ERROR SUMMARY' $L/memcheck.txt | tail -1)"
@@ -49,19 +54,30 @@ roll() { # numerics, prompts, then env settings; one line of tokens/s
     --prompt-len 128 --new-tokens 256 --steps 2 > $L/r.json 2>&1
   python3 -c "import json,sys; r=json.load(open('$L/r.json')); print('3b $num ${P}x8 $*: %.0f tok/s, %.2f ms a position' % (r['rollout_tok_s'], 1e3 * r['rollout_s'] / 256) if r.get('ok') else r)" 2>&1 | tail -1
 }
-echo "## rollouts (t=$SECONDS)"
-roll hif4 16 FP4RL_ROLLOUT_W4B=1
-roll hif4 16 FP4RL_ROLLOUT_W4B=0
-roll bf16 16 FP4RL_ROLLOUT_W4B=0
-echo "## act kernel + swiglu_act tests (t=$SECONDS)"
-for t in test_ops_parity:70 test_rollout_graphs:90; do
-  n=${t%%:*}
-  [ $SECONDS -lt $budget ] || { echo "skipped (budget): $n"; continue; }
-  (cd /tmp && env FP4RL_SWIGLU_ACT=1 timeout ${t#*:} $bin/$n) > $L/$n.log 2>&1
-  echo "$n rc=$? $(grep -E '^[0-9]+%: Checks' $L/$n.log | tail -1) (t=$SECONDS)"; grep -E ":F:|:E:" $L/$n.log | cut -c1-300 | head -8
-done
-roll hif4 16 FP4RL_SWIGLU_ACT=1
-roll hif4 16 FP4RL_SWIGLU_ACT=0
-roll bf16 16 FP4RL_SWIGLU_ACT=1
-roll bf16 16 FP4RL_SWIGLU_ACT=0
-roll hif4 16 FP4RL_SWIGLU_ACT=1 FP4RL_ROLLOUT_W4B=1
+if on roll; then
+  echo "## rollouts (t=$SECONDS)"
+  roll hif4 16 FP4RL_ROLLOUT_W4B=1
+  roll hif4 16 FP4RL_ROLLOUT_W4B=0
+  roll bf16 16 FP4RL_ROLLOUT_W4B=0
+fi
+if on small; then # 2 x 8 sequences: ResQ's operand 32 rows, so W4B runs on every decode GEMM
+  echo "## small rollouts (t=$SECONDS)"
+  roll hif4 2 FP4RL_ROLLOUT_W4B=1
+  roll hif4 2 FP4RL_ROLLOUT_W4B=0
+  roll bf16 2 FP4RL_ROLLOUT_W4B=0
+fi
+if on tests; then
+  echo "## engine and parity tests (t=$SECONDS)"
+  for t in test_ops_parity:70 test_rollout_graphs:90; do
+    n=${t%%:*}
+    [ $SECONDS -lt $budget ] || { echo "skipped (budget): $n"; continue; }
+    (cd /tmp && timeout ${t#*:} $bin/$n) > $L/$n.log 2>&1
+    echo "$n rc=$? $(grep -E '^[0-9]+%: Checks' $L/$n.log | tail -1) (t=$SECONDS)"; grep -E ":F:|:E:" $L/$n.log | cut -c1-300 | head -8
+  done
+fi
+if on ab; then
+  roll hif4 16 FP4RL_SWIGLU_ACT=1
+  roll hif4 16 FP4RL_SWIGLU_ACT=0
+  roll bf16 16 FP4RL_SWIGLU_ACT=1
+  roll bf16 16 FP4RL_SWIGLU_ACT=0
+fi
