@@ -740,27 +740,27 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     p.magic = FP4RL_W4B_MAGIC;
     /* 0 HiF4 as stored, 1 MXFP4, 2 HiF4 re-laid out by fp4rl_cuda_w4b_pack */
     const int layout = w->layout == FP4RL_LAYOUT_W4B ? 2 : w->dtype == FP4RL_DTYPE_HIF4 ? 0 : 1;
-    /* The tile: NB the fewest activation rows (32, 64, 128) covering M, up to 128. The grid: one
-     * wave of the CTAs the device holds at once (occ a multiprocessor; a second, partial wave would
-     * cost a whole CTA's time), filled by split-K: every slice keeps 4 chunks, and the slices'
-     * FP32 partials (written and read again; mostly in L2) stay within 4 weight bytes a partial
-     * byte and 16 MB. 256 weight rows a CTA (two m64 tiles a warpgroup: the per-chunk copies,
-     * barrier and MMA issue over twice the work) where that fills 3/4 of the wave, else 128. */
+    /* The tile: NB the fewest activation rows (32, 64, 128) covering M, up to 128; 256 weight rows
+     * a CTA (two m64 tiles a warpgroup: the per-chunk copies, barrier and MMA issue over twice the
+     * work) where NB <= 64 or that still gives a CTA a multiprocessor, else 128. The grid: at most
+     * one wave of the CTAs the device holds at once (occ a multiprocessor: a second, partial wave
+     * costs a whole CTA's time), filled by split-K with at most 16 slices of at least 4 chunks, the
+     * slices' FP32 partials (written and read again, mostly in L2) within 4 weight bytes a partial
+     * byte and 16 MB. On an H100 (session 20) this grid took 8192^2 at M = 1 from 1.63x to 2.03x
+     * cuBLASLt BF16; 32 slices of 6 chunks (3B down) and 128-row CTAs at 2560 x 2048 were slower
+     * than 16 slices and 256-row CTAs. */
     const int nb = M <= 32 ? 32 : M <= 64 ? 64 : 128;
     const int64_t mblocks = (M + nb - 1) / nb;
     if (mblocks > 65535) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: M = %lld too large", (long long)M);
     const int sms = cu->sm_count > 0 ? cu->sm_count : 1;
+    const int mt = nb <= 64 || ((N + 255) / 256) * mblocks >= sms ? 2 : 1;
     int64_t smax = p.chunks / 4;
     if (smax > K / (4 * M)) smax = K / (4 * M);
     if (smax > (16LL << 20) / (4 * M * N)) smax = (16LL << 20) / (4 * M * N);
-    if (smax > 32) smax = 32;
+    if (smax > 16) smax = 16;
     if (smax < 1) smax = 1;
-    int occ = 1, mt = 2;
-    cudaError_t e = wb_dispatch(p, 2, nb, layout, dim3(0, 0), cu->stream, &occ);
-    if (e == cudaSuccess && 4 * ((N + 255) / 256) * mblocks * smax < 3 * (int64_t)occ * sms) {
-        mt = 1;
-        e = wb_dispatch(p, 1, nb, layout, dim3(0, 0), cu->stream, &occ);
-    }
+    int occ = 1;
+    cudaError_t e = wb_dispatch(p, mt, nb, layout, dim3(0, 0), cu->stream, &occ);
     if (e != cudaSuccess) return fp4rl_cuda_fail(ctx, e, "w4b_gemm: shared memory attribute");
     const int rows = 128 * mt;
     const int64_t rblocks = (N + rows - 1) / rows;
