@@ -40,15 +40,7 @@ static int quick;
 
 #define OKG(call) ck_assert_msg((call) == FP4RL_OK, "%s: %s", #call, fp4rl_last_error())
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static double unif(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) * 0x1p-53;
-}
-static float gauss(void) { return (float)(sqrt(-2.0 * log(unif() + 0x1p-60)) * cos(6.283185307179586 * unif())); }
+#include "test_rand.h"
 static void *dev(const void *h, size_t bytes)
 {
     void *d = NULL;

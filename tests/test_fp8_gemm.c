@@ -27,15 +27,7 @@
 static fp4rl_context *gpu;
 #define OKG(call) ck_assert_msg((call) == FP4RL_OK, "%s: %s", #call, fp4rl_last_error())
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static double unif(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) * 0x1p-53;
-}
-static float gauss(void) { return (float)(sqrt(-2.0 * log(unif() + 0x1p-60)) * cos(6.283185307179586 * unif())); }
+#include "test_rand.h"
 
 /* A quantized [R, K] operand and its exact dequantized values on the host. */
 static fp4rl_tensor *make_q(fp4rl_dtype fmt, int tile, int64_t R, int64_t K, float **deq_host)
