@@ -533,7 +533,7 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
 
 /* The HiF4 re-laid-out kernel (fp4rl_cuda_w4b_pack): wb_kernel's ring, MMAs and epilogue; a chunk's
  * weights are one 16-byte load a tile and one LOP3 + one FMA a register (format/w4b_layout.h). */
-template <int MT, int NB>
+template <int MT, int NB, bool MX>
 __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -570,12 +570,17 @@ __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
         const int so = ring(c, STAGES) * S::BYTES;
         const uint8_t *st = smem + so;
         uint4 cw[MT];
-        uint32_t b2[MT][2], c2[MT][2], z[MT][2];
+        uint32_t b2[MT][2], c2[MT][2], z[MT][2]; /* MXFP4: b2 the two multipliers (w4b_layout.h) */
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             const int tile = wg * MT + mt;
             cw[mt] = *reinterpret_cast<const uint4 *>(st + S::W + tile * 2048 + (wl * 32 + lane) * 16);
             const uint2 sw = *reinterpret_cast<const uint2 *>(st + S::WS + tile * 256 + (wl * 8 + g) * 8);
+            if constexpr (MX) {
+                b2[mt][0] = sw.x;
+                b2[mt][1] = sw.y;
+                continue;
+            }
             b2[mt][0] = fp4rl_w4b_base2(sw.x);
             b2[mt][1] = fp4rl_w4b_base2(sw.y);
             z[mt][0] = fp4rl_w4b_incs(sw.x, thc);
@@ -593,6 +598,12 @@ __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
                 const uint32_t y = s == 0 ? cw[mt].x : s == 1 ? cw[mt].y : s == 2 ? cw[mt].z : cw[mt].w;
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) { /* a[hh]: the step's first 8 k, a[2 + hh]: its second */
+                    if constexpr (MX) { /* e2m1 2^-126 (two rotations, two LOP3) times the unit's multiplier */
+                        const uint32_t m = s < 2 ? half_lo2(b2[mt][hh]) : half_hi2(b2[mt][hh]);
+                        af[mt][hh] = bmul2(and_or(fp4rl_w4b_mx_sign_src(y, hh), 0x80008000u, fp4rl_w4b_mx_mag(y, hh)), m);
+                        af[mt][2 + hh] = bmul2(and_or(fp4rl_w4b_mx_sign_src(y, 2 + hh), 0x80008000u, fp4rl_w4b_mx_mag(y, 2 + hh)), m);
+                        continue;
+                    }
                     /* the increments of step s to the exponent fields: one LOP3, then an IMAD each */
                     const uint32_t zm = z[mt][hh] & fp4rl_w4b_step_mask(s);
                     const uint32_t sc = mad_u32(zm, fp4rl_w4b_step_mul(s), b2[mt][hh]), cc = mad_u32(zm, fp4rl_w4b_step_mul(s), c2[mt][hh]);
@@ -637,17 +648,21 @@ cudaError_t k_prepare(Kern kern, int smem, int *cached, int *occ)
     return cudaSuccess;
 }
 /* k_prepare (grid 0) or the launch, for the tile (MT, NB) and the layout: L 0 HiF4 as stored, 1
- * MXFP4, 2 HiF4 re-laid out (wp_kernel). */
+ * MXFP4 as stored (wb_kernel), 2 HiF4 re-laid out, 3 MXFP4 re-laid out (wp_kernel). */
 template <int MT, int NB, int L>
 cudaError_t k_run(const WB &p, dim3 grid, cudaStream_t s, int *occ)
 {
     static int cached = 0; /* per instantiation */
-    if (L == 2) {
-        if (grid.x) return wp_kernel<MT, NB><<<grid, THREADS, PStage<MT, NB>::SMEM, s>>>(p), cudaSuccess;
-        return k_prepare(wp_kernel<MT, NB>, PStage<MT, NB>::SMEM, &cached, occ);
+    if constexpr (L == 2) {
+        if (grid.x) return wp_kernel<MT, NB, false><<<grid, THREADS, PStage<MT, NB>::SMEM, s>>>(p), cudaSuccess;
+        return k_prepare(wp_kernel<MT, NB, false>, PStage<MT, NB>::SMEM, &cached, occ);
+    } else if constexpr (L == 3) {
+        if (grid.x) return wp_kernel<MT, NB, true><<<grid, THREADS, PStage<MT, NB>::SMEM, s>>>(p), cudaSuccess;
+        return k_prepare(wp_kernel<MT, NB, true>, PStage<MT, NB>::SMEM, &cached, occ);
+    } else {
+        if (grid.x) return wb_kernel<MT, NB, L == 0><<<grid, THREADS, Stage<MT, NB>::SMEM, s>>>(p), cudaSuccess;
+        return k_prepare(wb_kernel<MT, NB, L == 0>, Stage<MT, NB>::SMEM, &cached, occ);
     }
-    if (grid.x) return wb_kernel<MT, NB, L == 0><<<grid, THREADS, Stage<MT, NB>::SMEM, s>>>(p), cudaSuccess;
-    return k_prepare(wb_kernel<MT, NB, L == 0>, Stage<MT, NB>::SMEM, &cached, occ);
 }
 template <int MT, int L>
 cudaError_t k_dispatch_nb(const WB &p, int nb, dim3 grid, cudaStream_t s, int *occ)
@@ -659,6 +674,7 @@ cudaError_t k_dispatch_nb(const WB &p, int nb, dim3 grid, cudaStream_t s, int *o
 template <int MT>
 cudaError_t k_dispatch_l(const WB &p, int layout, int nb, dim3 grid, cudaStream_t s, int *occ)
 {
+    if (layout == 3) return k_dispatch_nb<MT, 3>(p, nb, grid, s, occ);
     if (layout == 2) return k_dispatch_nb<MT, 2>(p, nb, grid, s, occ);
     return layout ? k_dispatch_nb<MT, 1>(p, nb, grid, s, occ) : k_dispatch_nb<MT, 0>(p, nb, grid, s, occ);
 }
@@ -668,6 +684,7 @@ cudaError_t wb_dispatch(const WB &p, int mt, int nb, int layout, dim3 grid, cuda
 }
 
 /* ---- the re-layout (fp4rl_cuda_w4b_pack, format/w4b_layout.h), one thread an output word ---- */
+template <bool HIF4>
 __global__ void wp_pack_codes(const uint8_t *codes, int64_t row_bytes, int64_t N, int64_t chunks, int64_t total, uint32_t *out)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
@@ -676,7 +693,8 @@ __global__ void wp_pack_codes(const uint8_t *codes, int64_t row_bytes, int64_t N
             int64_t row, k;
             fp4rl_w4b_code_pos(i, chunks, j, &row, &k);
             const uint32_t b = row < N ? codes[row * row_bytes + k / 2] : 0u; /* elements k (low nibble), k + 1 */
-            o |= fp4rl_w4b_level(b & 15u) << (4 * j) | fp4rl_w4b_level(b >> 4) << (16 + 4 * j);
+            const uint32_t lo = b & 15u, hi = b >> 4; /* HiF4: offset-binary levels; MXFP4: the codes */
+            o |= (HIF4 ? fp4rl_w4b_level(lo) : lo) << (4 * j) | (HIF4 ? fp4rl_w4b_level(hi) : hi) << (16 + 4 * j);
         }
         out[i] = o;
     }
@@ -689,11 +707,28 @@ __global__ void wp_pack_words(const uint32_t *words, int64_t scale_cols, int64_t
         out[i] = fp4rl_w4b_word(row < N ? words[row * scale_cols + c] : 0u);
     }
 }
+/* MXFP4: the row's two 32-k units' multipliers (tile 0: 1D blocks of 32; 32: 32 x 32 tiles). */
+__global__ void wp_pack_words_mx(const uint8_t *scales, int tile, int64_t scale_cols, int64_t N, int64_t chunks, int64_t total, uint32_t *out)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t row, c;
+        fp4rl_w4b_word_pos(i, chunks, &row, &c);
+        const uint32_t s0 = row < N ? scales[fp4rl_scale_index(tile, 32, scale_cols, row, 64 * c)] : 0u;
+        const uint32_t s1 = row < N ? scales[fp4rl_scale_index(tile, 32, scale_cols, row, 64 * c + 32)] : 0u;
+        out[i] = fp4rl_w4b_mx_word(s0, s1);
+    }
+}
+/* *bad = 1 where a scale code exceeds FP4RL_W4B_MX_MAX_SCALE (its multiplier is no BF16). */
+__global__ void wp_mx_scales_bad(const uint8_t *scales, int64_t n, unsigned *bad)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        if (scales[i] > FP4RL_W4B_MX_MAX_SCALE) *bad = 1u;
+}
 
 int wb_weight_ok(const fp4rl_tensor *w)
 {
     if (!w || w->ndim != 2 || !w->data || !w->scales) return 0;
-    if (w->layout != 0 && (w->layout != FP4RL_LAYOUT_W4B || w->dtype != FP4RL_DTYPE_HIF4)) return 0;
+    if (w->layout != 0 && w->layout != FP4RL_LAYOUT_W4B) return 0;
     if (w->dtype != FP4RL_DTYPE_HIF4 && !(w->dtype == FP4RL_DTYPE_MXFP4 && (w->q.tile == 0 || w->q.tile == 32))) return 0;
     const int64_t N = w->q.rows, K = w->q.cols;
     if (N < 1 || K < KC || K % KC || N >= (1LL << 31) || K >= (1LL << 31)) return 0;
@@ -738,8 +773,8 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     p.chunks = (int)(K / KC);
     p.tiles = (int)((N + 63) / 64);
     p.magic = FP4RL_W4B_MAGIC;
-    /* 0 HiF4 as stored, 1 MXFP4, 2 HiF4 re-laid out by fp4rl_cuda_w4b_pack */
-    const int layout = w->layout == FP4RL_LAYOUT_W4B ? 2 : w->dtype == FP4RL_DTYPE_HIF4 ? 0 : 1;
+    /* 0 HiF4 as stored, 1 MXFP4 as stored, 2 HiF4 and 3 MXFP4 re-laid out by fp4rl_cuda_w4b_pack */
+    const int layout = (w->dtype == FP4RL_DTYPE_HIF4 ? 0 : 1) + (w->layout == FP4RL_LAYOUT_W4B ? 2 : 0);
     /* The tile: NB the fewest activation rows (32, 64, 128) covering M, up to 128; 256 weight rows
      * a CTA (two m64 tiles a warpgroup: the per-chunk copies, barrier and MMA issue over twice the
      * work) where NB <= 64 or that still gives a CTA a multiprocessor, else 128. The grid: at most
@@ -796,11 +831,28 @@ fp4rl_status fp4rl_cuda_w4b_pack(fp4rl_context *ctx, fp4rl_tensor *w)
     if (!ctx || !w) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "w4b_pack: NULL context or weight");
     if (!wb_weight_ok(w) || w->ctx != ctx)
         return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_pack: the weight must be one fp4rl_cuda_w4b_gemm takes, of this context");
-    if (w->layout == FP4RL_LAYOUT_W4B || w->dtype != FP4RL_DTYPE_HIF4) return FP4RL_OK; /* done, or no re-layout (MXFP4) */
+    if (w->layout == FP4RL_LAYOUT_W4B) return FP4RL_OK;
     if (w->storage != FP4RL_STORAGE_OWNED) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_pack: the weight's memory is not the library's own");
     fp4rl_status st = fp4rl_cuda_enter(ctx);
     if (st) return st;
     fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
+    const bool hif4 = w->dtype == FP4RL_DTYPE_HIF4;
+    if (!hif4) { /* MXFP4: only where every multiplier is a BF16 (w4b_layout.h); else the stored layout stays */
+        unsigned *bad = NULL, hbad = 0;
+        st = fp4rl_cuda_alloc_bytes(ctx, (void **)&bad, sizeof(unsigned));
+        if (st) return st;
+        const int64_t ns = (int64_t)w->scales_bytes;
+        cudaError_t e = cudaMemsetAsync(bad, 0, sizeof(unsigned), cu->stream);
+        if (e == cudaSuccess) {
+            wp_mx_scales_bad<<<(unsigned)((ns + 255) / 256 < 4096 ? (ns + 255) / 256 : 4096), 256, 0, cu->stream>>>(static_cast<const uint8_t *>(w->scales), ns, bad);
+            e = cudaGetLastError();
+        }
+        if (e == cudaSuccess) e = cudaMemcpyAsync(&hbad, bad, sizeof(unsigned), cudaMemcpyDeviceToHost, cu->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(cu->stream);
+        fp4rl_cuda_free_bytes(ctx, bad);
+        if (e != cudaSuccess) return fp4rl_cuda_fail(ctx, e, "w4b_pack: the MXFP4 scale check");
+        if (hbad) return FP4RL_OK;
+    }
     const int64_t N = w->q.rows, chunks = w->q.cols / KC, tiles = (N + 63) / 64;
     const size_t ncodes = (size_t)(tiles * chunks) * FP4RL_W4B_TILE_CODE_BYTES, nwords = (size_t)(tiles * chunks) * FP4RL_W4B_TILE_WORD_BYTES;
     void *codes = NULL, *words = NULL;
@@ -812,8 +864,15 @@ fp4rl_status fp4rl_cuda_w4b_pack(fp4rl_context *ctx, fp4rl_tensor *w)
     }
     const int64_t tc = (int64_t)ncodes / 4, tw = (int64_t)nwords / 4;
     const unsigned bc = (unsigned)((tc + 255) / 256 < 65536 ? (tc + 255) / 256 : 65536), bw = (unsigned)((tw + 255) / 256 < 65536 ? (tw + 255) / 256 : 65536);
-    wp_pack_codes<<<bc, 256, 0, cu->stream>>>(static_cast<const uint8_t *>(w->data), w->q.row_bytes, N, chunks, tc, static_cast<uint32_t *>(codes));
-    wp_pack_words<<<bw, 256, 0, cu->stream>>>(static_cast<const uint32_t *>(w->scales), w->q.scale_cols, N, chunks, tw, static_cast<uint32_t *>(words));
+    const uint8_t *src = static_cast<const uint8_t *>(w->data);
+    if (hif4) {
+        wp_pack_codes<true><<<bc, 256, 0, cu->stream>>>(src, w->q.row_bytes, N, chunks, tc, static_cast<uint32_t *>(codes));
+        wp_pack_words<<<bw, 256, 0, cu->stream>>>(static_cast<const uint32_t *>(w->scales), w->q.scale_cols, N, chunks, tw, static_cast<uint32_t *>(words));
+    } else {
+        wp_pack_codes<false><<<bc, 256, 0, cu->stream>>>(src, w->q.row_bytes, N, chunks, tc, static_cast<uint32_t *>(codes));
+        wp_pack_words_mx<<<bw, 256, 0, cu->stream>>>(static_cast<const uint8_t *>(w->scales), w->q.tile, w->q.scale_cols, N, chunks, tw,
+                                                     static_cast<uint32_t *>(words));
+    }
     st = fp4rl_cuda_check_launch(ctx, "w4b_pack");
     if (st) {
         ctx->be->free(ctx, codes);

@@ -41,8 +41,11 @@ extern "C" {
  * thread's wgmma A fragments for the chunk (offset-binary levels), and the words as [tile][chunk]
  * [64 rows in fragment order], their bits arranged for the fragments' increments (decode_w4b.cu,
  * wp_word); rows padded to 64. Same bytes a weight (4.5 bits), the GEMM's results bit for bit those
- * of the weight as stored; such a weight serves only fp4rl_cuda_w4b_gemm. MXFP4 weights, and those
- * already re-laid out, are left as they are. The weight's memory must be the library's own. */
+ * of the weight as stored; such a weight serves only fp4rl_cuda_w4b_gemm. MXFP4 likewise (the codes
+ * as they are, a word of two BF16 multipliers a row and chunk: 4.5 bits a weight) where every scale
+ * code is at most FP4RL_W4B_MX_MAX_SCALE (one 4-byte download to know), else left as stored; a
+ * weight already re-laid out is left too (format/w4b_layout.h has both layouts). The weight's
+ * memory must be the library's own. */
 fp4rl_status fp4rl_cuda_w4b_pack(fp4rl_context *ctx, fp4rl_tensor *w);
 
 /* Whether fp4rl_cuda_w4b_gemm can run W on this context's device and build (no message set). */

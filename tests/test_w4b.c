@@ -10,8 +10,10 @@
  *     bias; M from 1 to 300 (every activation tile, ragged), N ragged and the 3B shapes, the
  *     default split and forced ones; two runs memcmp-equal (deterministic);
  * (c) bad arguments refused with an error;
- * (d) fp4rl_cuda_w4b_pack (HiF4 re-laid out for wp_kernel): the GEMM's results bit for bit those of
- *     the weight as stored, and (a), (b) run on re-laid-out weights too.
+ * (d) fp4rl_cuda_w4b_pack (HiF4, and MXFP4 with scale codes <= 128, re-laid out for wp_kernel): the
+ *     GEMM's results bit for bit those of the weight as stored, and (a), (b) run on re-laid-out
+ *     weights too (MXFP4 down to scale code 0: BF16 subnormal weights); MXFP4 with larger scales
+ *     is left as stored.
  * Label `gpu`: exits 77 (skipped) without a GPU; where the device is not compute capability 9.0 or
  * the build has no sm_90a code, fp4rl_cuda_w4b_ok is 0 and the GEMM cases are skipped (the
  * refusals still run).
@@ -48,16 +50,21 @@ static void *host(const void *d, size_t bytes)
     return h;
 }
 
-/* W [N, K] on the GPU, quantized (nearest), and its dequantized values on the host. extreme: rows
- * scaled by 2^-60 .. 2^14 and a few NaN elements (their units decode to NaN). */
+/* W [N, K] on the GPU, quantized (nearest), and its dequantized values on the host. extreme 1: rows
+ * scaled by 2^-60 .. 2^14 and a few NaN elements (their units decode to NaN); 2: (MXFP4 that
+ * fp4rl_cuda_w4b_pack re-lays out) rows by 2^-66 .. 2^-7 and, a third of the row blocks, 2^-128
+ * (scale code 0, BF16 subnormal weights), no NaN. pack: re-laid out, which every case here must be. */
 static fp4rl_tensor *weight(fp4rl_dtype fmt, int tile, int pack, int64_t N, int64_t K, int extreme, float **values)
 {
     float *x = malloc((size_t)(N * K) * sizeof(float));
     for (int64_t r = 0; r < N; r++) {
-        const float rs = extreme ? ldexpf(1.0f, (int)(r % 75) - 60) : 0.05f * (float)(1 + r % 5);
+        const int64_t rb = tile ? r / tile : r;
+        const float rs = extreme == 2 ? ldexpf(1.0f, rb % 3 == 1 ? -128 : (int)(rb % 60) - 66)
+                         : extreme ? ldexpf(1.0f, (int)(r % 75) - 60)
+                                   : 0.05f * (float)(1 + r % 5);
         for (int64_t k = 0; k < K; k++) x[r * K + k] = rs * gauss() * (1.0f + (float)(k % 7));
     }
-    if (extreme)
+    if (extreme == 1)
         for (int64_t i = 0; i < N * K; i += 977) x[i] = NAN;
     const int64_t shape[2] = {N, K};
     fp4rl_tensor *src = NULL, *q = NULL, *dq = NULL;
@@ -72,7 +79,7 @@ static fp4rl_tensor *weight(fp4rl_dtype fmt, int tile, int pack, int64_t N, int6
     OKG(fp4rl_tensor_to_host(dq, *values, (size_t)(N * K) * sizeof(float)));
     if (pack) {
         OKG(fp4rl_cuda_w4b_pack(gpu, q));
-        ck_assert_int_eq(q->layout, fmt == FP4RL_DTYPE_HIF4 ? FP4RL_LAYOUT_W4B : 0);
+        ck_assert_int_eq(q->layout, FP4RL_LAYOUT_W4B);
     }
     fp4rl_tensor_destroy(src);
     fp4rl_tensor_destroy(dq);
@@ -88,9 +95,13 @@ static const struct {
 } FMTS[] = {{FP4RL_DTYPE_HIF4, 0, 0, "HiF4"},
             {FP4RL_DTYPE_MXFP4, 0, 0, "MXFP4"},
             {FP4RL_DTYPE_HIF4, 0, 1, "HiF4 re-laid out"},
+            {FP4RL_DTYPE_MXFP4, 0, 1, "MXFP4 re-laid out"},
             {FP4RL_DTYPE_HIF4, 64, 0, "HiF4 64x64"},
             {FP4RL_DTYPE_MXFP4, 32, 0, "MXFP4 32x32"},
-            {FP4RL_DTYPE_HIF4, 64, 1, "HiF4 64x64 re-laid out"}};
+            {FP4RL_DTYPE_HIF4, 64, 1, "HiF4 64x64 re-laid out"},
+            {FP4RL_DTYPE_MXFP4, 32, 1, "MXFP4 32x32 re-laid out"}};
+/* The extreme weights of format f (MXFP4 re-laid out: the range it is re-laid out in). */
+static int extreme_of(size_t f) { return FMTS[f].pack && FMTS[f].fmt == FP4RL_DTYPE_MXFP4 ? 2 : 1; }
 
 /* (a): X = I [K, K]; c[m, n] must be W[n, m] (NaN where W is NaN; +-0 alike). */
 START_TEST(test_identity)
@@ -102,7 +113,7 @@ START_TEST(test_identity)
             for (int split = 0; split < 2; split++) {
                 const int64_t N = shapes[si][0], K = shapes[si][1], M = K;
                 float *wv = NULL;
-                fp4rl_tensor *q = weight(FMTS[f].fmt, FMTS[f].tile, FMTS[f].pack, N, K, 1, &wv);
+                fp4rl_tensor *q = weight(FMTS[f].fmt, FMTS[f].tile, FMTS[f].pack, N, K, extreme_of(f), &wv);
                 uint16_t *xi = calloc((size_t)(M * K), sizeof(uint16_t));
                 for (int64_t i = 0; i < K; i++) xi[i * K + i] = 0x3F80u; /* 1.0 */
                 uint16_t *dx = dev(xi, (size_t)(M * K) * 2);
@@ -121,7 +132,7 @@ START_TEST(test_identity)
                         if (!ok && first < 0) first = m * N + n;
                         bad += !ok;
                     }
-                ck_assert_msg(nans > 0, "the extreme weight has NaN units");
+                ck_assert_msg(nans > 0 || extreme_of(f) == 2, "the extreme weight has NaN units");
                 ck_assert_msg(bad == 0, "%s %lldx%lld split %d: %lld outputs differ from the dequantized weight, first c[%lld, %lld] = %a, w = %a",
                               FMTS[f].name, (long long)N, (long long)K, split, (long long)bad, (long long)(first / N), (long long)(first % N),
                               (double)c[first], (double)wv[(first % N) * K + first / N]);
@@ -206,9 +217,9 @@ START_TEST(test_gemm_3b)
     if (!have) return;
     static const int64_t ms[] = {16, 128, 256};
     static const int64_t shapes[][2] = {{2560, 2048}, {22016, 2048}, {2048, 11008}};
-    for (size_t f = 0; f < 3; f++) /* 1D: HiF4, MXFP4, HiF4 re-laid out */
+    for (size_t f = 0; f < 4; f++) /* 1D: HiF4, MXFP4, as stored and re-laid out */
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) gemm_case(f, shapes[i][0], shapes[i][1], ms, sizeof ms / sizeof ms[0], 5);
-    printf("3B shapes (q|k|v, gate|up, down), HiF4 (as stored and re-laid out) and MXFP4: within the bound\n");
+    printf("3B shapes (q|k|v, gate|up, down), HiF4 and MXFP4 as stored and re-laid out: within the bound\n");
 }
 END_TEST
 
@@ -219,14 +230,16 @@ START_TEST(test_pack_same_bits)
     if (!have) return;
     static const int64_t shapes[][2] = {{300, 320}, {130, 2048}, {2560, 2048}};
     static const int64_t ms[] = {1, 33, 100, 300};
-    for (int tile = 0; tile <= 64; tile += 64)
+    for (int fi = 0; fi < 4; fi++) /* HiF4 1D and 64 x 64, MXFP4 1D and 32 x 32 */
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const fp4rl_dtype fmt = fi < 2 ? FP4RL_DTYPE_HIF4 : FP4RL_DTYPE_MXFP4;
+            const int tile = fi == 1 ? 64 : fi == 3 ? 32 : 0, ext = fi < 2 ? 1 : 2;
             const int64_t N = shapes[si][0], K = shapes[si][1];
             float *wv = NULL, *wv2 = NULL;
-            rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)(N * K + tile);
-            fp4rl_tensor *q = weight(FP4RL_DTYPE_HIF4, tile, 0, N, K, 1, &wv);
-            rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)(N * K + tile);
-            fp4rl_tensor *qp = weight(FP4RL_DTYPE_HIF4, tile, 1, N, K, 1, &wv2);
+            rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)(N * K + fi);
+            fp4rl_tensor *q = weight(fmt, tile, 0, N, K, ext, &wv);
+            rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)(N * K + fi);
+            fp4rl_tensor *qp = weight(fmt, tile, 1, N, K, ext, &wv2);
             ck_assert_msg(!memcmp(wv, wv2, (size_t)(N * K) * sizeof(float)), "the same seed, the same weight");
             float *bias = malloc((size_t)N * 4);
             for (int64_t n = 0; n < N; n++) bias[n] = gauss();
@@ -241,8 +254,8 @@ START_TEST(test_pack_same_bits)
                     OKG(fp4rl_cuda_w4b_gemm(gpu, d1, N, dx, M, q, mode ? dbias : NULL, mode ? 3 : 0));
                     OKG(fp4rl_cuda_w4b_gemm(gpu, d2, N, dx, M, qp, mode ? dbias : NULL, mode ? 3 : 0));
                     float *c1 = host(d1, (size_t)(M * N) * 4), *c2 = host(d2, (size_t)(M * N) * 4);
-                    ck_assert_msg(!memcmp(c1, c2, (size_t)(M * N) * 4), "HiF4 tile %d %lldx%lldx%lld mode %d: re-laid out differs from as stored",
-                                  tile, (long long)M, (long long)N, (long long)K, mode);
+                    ck_assert_msg(!memcmp(c1, c2, (size_t)(M * N) * 4), "%s tile %d %lldx%lldx%lld mode %d: re-laid out differs from as stored",
+                                  fp4rl_dtype_name(fmt), tile, (long long)M, (long long)N, (long long)K, mode);
                     free(c1);
                     free(c2);
                 }
@@ -258,7 +271,7 @@ START_TEST(test_pack_same_bits)
             fp4rl_tensor_destroy(q);
             fp4rl_tensor_destroy(qp);
         }
-    printf("re-layout: HiF4 1D and 64x64, M 1..300, split and bias: bit for bit the weight as stored\n");
+    printf("re-layout: HiF4 1D and 64x64, MXFP4 1D and 32x32, M 1..300, split and bias: bit for bit the weight as stored\n");
 }
 END_TEST
 
@@ -293,6 +306,13 @@ START_TEST(test_refusals)
     ck_assert_int_eq(fp4rl_cuda_w4b_gemm(gpu, dc, 64, dx, 4, q, NULL, 0), FP4RL_ERR_UNSUPPORTED);
     fp4rl_tensor_destroy(q);
     free(wv);
+    if (have) { /* MXFP4 with a scale code past FP4RL_W4B_MX_MAX_SCALE (|w| ~ 2^14): left as stored */
+        q = weight(FP4RL_DTYPE_MXFP4, 0, 0, 77, 128, 1, &wv);
+        OKG(fp4rl_cuda_w4b_pack(gpu, q));
+        ck_assert_int_eq(q->layout, 0);
+        fp4rl_tensor_destroy(q);
+        free(wv);
+    }
     q = weight(FP4RL_DTYPE_MXFP4, 0, 0, 64, 96, 0, &wv); /* K not a multiple of 64 */
     ck_assert_int_eq(fp4rl_cuda_w4b_ok(gpu, q), 0);
     ck_assert_int_eq(fp4rl_cuda_w4b_gemm(gpu, dc, 64, dx, 4, q, NULL, 0), FP4RL_ERR_UNSUPPORTED);

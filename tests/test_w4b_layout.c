@@ -7,7 +7,9 @@
  * evaluated exactly in double and required to be a BF16 value): every element must come out as
  * fp4rl_hif4_decode's value of the stored code and word (NaN for NaN units, zeros of either sign
  * as zero), and every element of the weight must be reached exactly once. A wrong bit position,
- * rotation, nibble or fragment index fails here without a GPU.
+ * rotation, nibble or fragment index fails here without a GPU. MXFP4 likewise (its code words are the
+ * codes, its words the two 32-k units' multipliers), against fp4rl_dequantize, BF16 subnormals
+ * included.
  */
 #include <check.h>
 #include <math.h>
@@ -133,6 +135,90 @@ static void check_weight(fp4rl_context *ctx, int tile, int64_t N, int64_t K)
     fp4rl_tensor_destroy(q);
 }
 
+/* MXFP4 (1D and 32 x 32 tiles, scales within FP4RL_W4B_MX_MAX_SCALE, rows down to 2^-60): the code
+ * words as HiF4's with the codes themselves, the word the two multipliers; every register's two
+ * BF16 values times its multiplier half must be fp4rl_dequantize's value exactly. */
+static void check_weight_mx(fp4rl_context *ctx, int tile, int64_t N, int64_t K)
+{
+    float *x = malloc((size_t)(N * K) * sizeof(float));
+    for (int64_t r = 0; r < N; r++) {
+        const int64_t rb = tile ? r / tile : r; /* 2D: one scale a 32-row tile */
+        const float rs = ldexpf(1.0f, rb % 3 == 1 ? -128 : (int)(rb % 58) - 60); /* amax < 2^2: scale codes <= 128; scale code 0 too */
+        for (int64_t k = 0; k < K; k++) x[r * K + k] = rs * gauss() * (1.0f + (float)(k % 3)) * (k % 13 == 0 ? 0.0f : 1.0f);
+    }
+    const int64_t shape[2] = {N, K};
+    fp4rl_tensor *src = NULL, *q = NULL, *dq = NULL;
+    OK(fp4rl_tensor_from_host(&src, ctx, FP4RL_DTYPE_F32, 2, shape, x));
+    fp4rl_quant_policy *p = NULL;
+    OK(fp4rl_quant_policy_create(&p));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_WEIGHT, FP4RL_DTYPE_MXFP4));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_TILE_WEIGHT, tile));
+    OK(fp4rl_quantize(&q, ctx, src, FP4RL_DTYPE_MXFP4, p, FP4RL_ROLE_WEIGHT));
+    OK(fp4rl_dequantize(&dq, ctx, q, FP4RL_DTYPE_F32));
+    const float *want = dq->data;
+    const uint8_t *codes = q->data, *sc = q->scales;
+    for (size_t i = 0; i < q->scales_bytes; i++) ck_assert_uint_le(sc[i], FP4RL_W4B_MX_MAX_SCALE);
+    const int64_t chunks = K / 64, tiles = (N + 63) / 64;
+    const int64_t ncw = tiles * chunks * FP4RL_W4B_TILE_CODE_BYTES / 4, nww = tiles * chunks * FP4RL_W4B_TILE_WORD_BYTES / 4;
+    uint32_t *pc = calloc((size_t)ncw, 4), *pwd = calloc((size_t)nww, 4);
+    for (int64_t i = 0; i < ncw; i++) /* as wp_pack_codes<false> */
+        for (int j = 0; j < 4; j++) {
+            int64_t row, k;
+            fp4rl_w4b_code_pos(i, chunks, j, &row, &k);
+            const uint32_t b = row < N ? codes[row * q->q.row_bytes + k / 2] : 0u;
+            pc[i] |= (b & 15u) << (4 * j) | (b >> 4) << (16 + 4 * j);
+        }
+    for (int64_t i = 0; i < nww; i++) { /* as wp_pack_words<false> */
+        int64_t row, c;
+        fp4rl_w4b_word_pos(i, chunks, &row, &c);
+        const uint32_t s0 = row < N ? sc[fp4rl_scale_index(tile, 32, q->q.scale_cols, row, 64 * c)] : 0u;
+        const uint32_t s1 = row < N ? sc[fp4rl_scale_index(tile, 32, q->q.scale_cols, row, 64 * c + 32)] : 0u;
+        pwd[i] = fp4rl_w4b_mx_word(s0, s1);
+    }
+    unsigned char *seen = calloc((size_t)(N * K), 1);
+    int64_t zeros = 0, subnormal = 0;
+    for (int64_t tc = 0; tc < tiles * chunks; tc++)
+        for (int w = 0; w < 4; w++)
+            for (int lane = 0; lane < 32; lane++)
+                for (int s = 0; s < 4; s++) {
+                    const int64_t ci = ((tc * 4 + w) * 32 + lane) * 4 + s;
+                    for (int j = 0; j < 4; j++) {
+                        const uint32_t xr = fp4rl_w4b_mx_elems(pc[ci], j), mw = pwd[(tc * 4 + w) * 16 + (lane >> 2) * 2 + (j & 1)];
+                        int64_t row, k;
+                        fp4rl_w4b_code_pos(ci, chunks, j, &row, &k);
+                        for (int e = 0; e < 2 && row < N; e++) {
+                            const double v = half_val(xr, e) * half_val(mw, s >> 1), wv = want[row * K + k + e];
+                            ck_assert_msg(!seen[row * K + k + e]++, "element (%lld, %lld) reached twice", (long long)row, (long long)(k + e));
+                            ck_assert_msg(v == wv && (double)fp4rl_round_bf16((float)v) == v, "MXFP4 tile %d %lldx%lld: (%lld, %lld) = %a, the stored weight %a",
+                                          tile, (long long)N, (long long)K, (long long)row, (long long)(k + e), v, wv);
+                            zeros += wv == 0.0;
+                            subnormal += wv != 0.0 && fabs(wv) < 0x1p-126;
+                        }
+                    }
+                }
+    for (int64_t i = 0; i < N * K; i++) ck_assert_msg(seen[i] == 1, "element %lld not reached", (long long)i);
+    ck_assert_msg(zeros > 0 && subnormal > 0, "the weight has zeros (%lld) and BF16 subnormals (%lld)", (long long)zeros, (long long)subnormal);
+    free(seen);
+    free(pc);
+    free(pwd);
+    free(x);
+    fp4rl_quant_policy_destroy(p);
+    fp4rl_tensor_destroy(src);
+    fp4rl_tensor_destroy(q);
+    fp4rl_tensor_destroy(dq);
+}
+
+START_TEST(test_layout_decodes_mxfp4)
+{
+    fp4rl_context *ctx = NULL;
+    OK(fp4rl_context_create(&ctx, FP4RL_DEVICE_CPU, 0));
+    static const int64_t shapes[][2] = {{77, 64}, {130, 320}, {300, 192}};
+    for (int tile = 0; tile <= 32; tile += 32)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) check_weight_mx(ctx, tile, shapes[i][0], shapes[i][1]);
+    fp4rl_context_destroy(ctx);
+}
+END_TEST
+
 START_TEST(test_layout_decodes_the_weight)
 {
     fp4rl_context *ctx = NULL;
@@ -181,6 +267,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_word_bits);
     tcase_add_test(tc, test_layout_decodes_the_weight);
+    tcase_add_test(tc, test_layout_decodes_mxfp4);
     suite_add_tcase(s, tc);
     return fp4rl_check_run(s);
 }

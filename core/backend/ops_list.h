@@ -300,7 +300,8 @@ FP4RL_OP(fp4rl_status, linear_forward_w4b, (fp4rl_context *ctx, float *y, const 
  * FP4RL_ERR_UNSUPPORTED with the reason. */
 FP4RL_OP(fp4rl_status, linear_w4b_ok, (fp4rl_context *ctx, const fp4rl_tensor *w))
 /* Re-lays w (accepted by linear_w4b_ok) out in place where the backend's linear_forward_w4b has a
- * faster layout for it (CUDA: HiF4, cuda/decode_w4b.h's fp4rl_cuda_w4b_pack; w->layout becomes
+ * faster layout for it (CUDA: HiF4, and MXFP4 whose scale codes are at most 128, cuda/decode_w4b.h's
+ * fp4rl_cuda_w4b_pack; w->layout becomes
  * FP4RL_LAYOUT_W4B and only that op may read w afterwards); elsewhere w is left as it is. The
  * results of linear_forward_w4b are the same bits either way. */
 FP4RL_OP(fp4rl_status, linear_w4b_pack, (fp4rl_context *ctx, fp4rl_tensor *w))

@@ -16,7 +16,7 @@
  * A register's BF16x2: OR 0x4300 into both halves of the nibble pair (the BF16 128 + n), then one
  * FMA with sc = base / 4 * 2^inc and -136 sc: (136 + v) sc - 136 sc = v sc exactly (v has 3
  * significant bits, sc 3, 136 sc at most 7; one rounding of an exact value), the value
- * fp4rl_hif4_decode gives.
+ * fp4rl_hif4_decode gives. MXFP4 weights use the same tiles and orders (end of this file).
  */
 #ifndef FP4RL_FORMAT_W4B_LAYOUT_H
 #define FP4RL_FORMAT_W4B_LAYOUT_H
@@ -105,5 +105,31 @@ FP4RL_HD uint32_t fp4rl_w4b_base2(uint32_t pw)
  * both stay normal, or NaN with zero increments. */
 FP4RL_HD uint32_t fp4rl_w4b_step_mask(int s) { return 0x00030003u << (2 * s); }
 FP4RL_HD uint32_t fp4rl_w4b_step_mul(int s) { return 0x80u >> (2 * s); }
+
+/* ---- MXFP4 (1D blocks of 32, or 32 x 32 tiles) ----
+ * Re-laid out only when every scale code is at most FP4RL_W4B_MX_MAX_SCALE (|w| <= 12; other weights
+ * keep the stored layout and its kernel): the code words hold the E2M1 codes themselves (sign bit 3,
+ * magnitude e1 e0 m) in the same nibble order as HiF4's levels; a register's two codes become the
+ * BF16x2 of e2m1 * 2^-126 by placing e1 e0 m at bits 6..8 (the exponent's low bits and the top
+ * mantissa bit: e = 0 a subnormal, m / 2 * 2^-126) and the sign at 15; one BF16x2 multiply by
+ * 2^(scale - 1) gives e2m1 * 2^(scale - 127) exactly (at most 2 significant bits, >= 2^-128). The
+ * word of a row and chunk holds those two multipliers (its two 32-k units), low half first. */
+#define FP4RL_W4B_MX_MAX_SCALE 128u /* 2^(128 - 1) is BF16's largest power of two */
+
+FP4RL_HD uint32_t fp4rl_w4b_rotl(uint32_t x, uint32_t r)
+{
+#ifdef __CUDA_ARCH__
+    return __funnelshift_l(x, x, r);
+#else
+    r &= 31u;
+    return r ? (x << r) | (x >> (32u - r)) : x;
+#endif
+}
+/* Register j's BF16x2 (e2m1 * 2^-126 of its two codes) from the code word y of its step. */
+FP4RL_HD uint32_t fp4rl_w4b_mx_mag(uint32_t y, int j) { return fp4rl_w4b_rotl(y, (uint32_t)(6 - 4 * j) & 31u) & 0x01C001C0u; }
+FP4RL_HD uint32_t fp4rl_w4b_mx_sign_src(uint32_t y, int j) { return fp4rl_w4b_rotl(y, (uint32_t)(12 - 4 * j) & 31u); }
+FP4RL_HD uint32_t fp4rl_w4b_mx_elems(uint32_t y, int j) { return fp4rl_w4b_mx_mag(y, j) | (fp4rl_w4b_mx_sign_src(y, j) & 0x80008000u); }
+/* The word of scale codes s0 (k 0..31 of the chunk) and s1 (k 32..63), both <= FP4RL_W4B_MX_MAX_SCALE. */
+FP4RL_HD uint32_t fp4rl_w4b_mx_word(uint32_t s0, uint32_t s1) { return ((s0 + 126u) << 7) | (((s1 + 126u) << 7) << 16); }
 
 #endif
