@@ -15,7 +15,10 @@
  * each, looked up four codes at a time by byte permutes, interleaved into two words, the sign bits
  * (bit 3 of each code) merged in from a sign-mode permute; then one BF16x2 multiply by the scale
  * (HiF4: base / 4 times 2^inc of the codes' micro-block; MXFP4: 2^(e - 127)), exact because the
- * product has at most 6 significant bits (HiF4: 3 x 3; MXFP4: 2, down to BF16 subnormals).
+ * product has at most 6 significant bits (HiF4: 3 x 3; MXFP4: 2, down to BF16 subnormals). That is
+ * wb_kernel, on the weight as stored. wp_kernel reads the weight re-laid out by fp4rl_cuda_w4b_pack
+ * (format/w4b_layout.h: a thread's codes of a chunk in one 16-byte word, one LOP3 + one FMA or
+ * multiply a register); same ring, MMAs and epilogue (wb_store), same bits.
  */
 #include <stdlib.h>
 #include <string.h>

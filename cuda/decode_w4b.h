@@ -17,6 +17,7 @@
  * a CTA, 128-byte swizzled, K-major), two warpgroups of one or two m64 tiles each (128 or 256
  * weight rows a CTA), a cp.async ring of 64-k chunks (8 stages for 32-64 activation rows, 4 for
  * 128), the next step's weights dequantized while the current step's MMAs run (wait_group 1).
+ * A weight re-laid out by fp4rl_cuda_w4b_pack (below) takes the same path with its own dequantizer.
  *
  * Limits (FP4RL_ERR_UNSUPPORTED with a message otherwise, so a caller can fall back): a compute
  * capability 9.0 device and a build with sm_90a code; W 2D HiF4 (1D or 2D words) or MXFP4 (1D
