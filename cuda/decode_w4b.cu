@@ -349,7 +349,7 @@ struct PCopies {
     }
 };
 
-/* The epilogue of both kernels: acc[mt][4 j + e] is C[m0 + 8 j + 2 t + (e & 1)][n0 + rl0 + 64 mt +
+/* The end of both kernels, after their last chunk: acc[mt][4 j + e] is C[m0 + 8 j + 2 t + (e & 1)][n0 + rl0 + 64 mt +
  * 8 (e >> 1)]. One slice: C (+ bias) directly; split-K: the slice's partials to the workspace, and
  * the CTA that finishes a tile last (a counter) adds the slices in slice order (+ bias). */
 template <int MT, int NB>
@@ -358,6 +358,10 @@ __device__ __forceinline__ void wb_store(const WB &p, float (&acc)[MT][NB / 2], 
     using S = Stage<MT, NB>;
     constexpr int NR = NB / 2;
     __shared__ int last;
+    wg_wait0(); /* the last MMAs retired, their accumulators readable; no copy in flight */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) wg_fence_regs(acc[mt]);
+    cp_async_wait<0>();
     if (p.slices == 1) {
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
@@ -522,11 +526,6 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
             wg_wait1(); /* the step before this one retired: its A registers and stage reads are free */
         }
     }
-    wg_wait0();
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) wg_fence_regs(acc[mt]);
-    cp_async_wait<0>();
-
     wb_store<MT, NB>(p, acc, n0, rl0, m0, t, tid, rb, slice);
 #else
     (void)p;
@@ -624,10 +623,6 @@ __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
             wg_wait1();
         }
     }
-    wg_wait0();
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) wg_fence_regs(acc[mt]);
-    cp_async_wait<0>();
     wb_store<MT, NB>(p, acc, n0, rl0, m0, t, tid, rb, slice);
 #else
     (void)p;
@@ -687,39 +682,20 @@ cudaError_t wb_dispatch(const WB &p, int mt, int nb, int layout, dim3 grid, cuda
 }
 
 /* ---- the re-layout (fp4rl_cuda_w4b_pack, format/w4b_layout.h), one thread an output word ---- */
-template <bool HIF4>
-__global__ void wp_pack_codes(const uint8_t *codes, int64_t row_bytes, int64_t N, int64_t chunks, int64_t total, uint32_t *out)
+__global__ void wp_pack_codes(const uint8_t *codes, int64_t row_bytes, int64_t N, int64_t chunks, int hif4, int64_t total, uint32_t *out)
 {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t o = 0;
-        for (int j = 0; j < 4; j++) {
-            int64_t row, k;
-            fp4rl_w4b_code_pos(i, chunks, j, &row, &k);
-            const uint32_t b = row < N ? codes[row * row_bytes + k / 2] : 0u; /* elements k (low nibble), k + 1 */
-            const uint32_t lo = b & 15u, hi = b >> 4; /* HiF4: offset-binary levels; MXFP4: the codes */
-            o |= (HIF4 ? fp4rl_w4b_level(lo) : lo) << (4 * j) | (HIF4 ? fp4rl_w4b_level(hi) : hi) << (16 + 4 * j);
-        }
-        out[i] = o;
-    }
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = fp4rl_w4b_pack_codes(codes, row_bytes, N, chunks, i, hif4);
 }
 __global__ void wp_pack_words(const uint32_t *words, int64_t scale_cols, int64_t N, int64_t chunks, int64_t total, uint32_t *out)
 {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t row, c;
-        fp4rl_w4b_word_pos(i, chunks, &row, &c);
-        out[i] = fp4rl_w4b_word(row < N ? words[row * scale_cols + c] : 0u);
-    }
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = fp4rl_w4b_pack_word(words, scale_cols, N, chunks, i);
 }
-/* MXFP4: the row's two 32-k units' multipliers (tile 0: 1D blocks of 32; 32: 32 x 32 tiles). */
 __global__ void wp_pack_words_mx(const uint8_t *scales, int tile, int64_t scale_cols, int64_t N, int64_t chunks, int64_t total, uint32_t *out)
 {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t row, c;
-        fp4rl_w4b_word_pos(i, chunks, &row, &c);
-        const uint32_t s0 = row < N ? scales[fp4rl_scale_index(tile, 32, scale_cols, row, 64 * c)] : 0u;
-        const uint32_t s1 = row < N ? scales[fp4rl_scale_index(tile, 32, scale_cols, row, 64 * c + 32)] : 0u;
-        out[i] = fp4rl_w4b_mx_word(s0, s1);
-    }
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = fp4rl_w4b_pack_mx_word(scales, tile, scale_cols, N, chunks, i);
 }
 /* *bad = 1 where a scale code exceeds FP4RL_W4B_MX_MAX_SCALE (its multiplier is no BF16). */
 __global__ void wp_mx_scales_bad(const uint8_t *scales, int64_t n, unsigned *bad)
@@ -869,10 +845,10 @@ fp4rl_status fp4rl_cuda_w4b_pack(fp4rl_context *ctx, fp4rl_tensor *w)
     const unsigned bc = (unsigned)((tc + 255) / 256 < 65536 ? (tc + 255) / 256 : 65536), bw = (unsigned)((tw + 255) / 256 < 65536 ? (tw + 255) / 256 : 65536);
     const uint8_t *src = static_cast<const uint8_t *>(w->data);
     if (hif4) {
-        wp_pack_codes<true><<<bc, 256, 0, cu->stream>>>(src, w->q.row_bytes, N, chunks, tc, static_cast<uint32_t *>(codes));
+        wp_pack_codes<<<bc, 256, 0, cu->stream>>>(src, w->q.row_bytes, N, chunks, 1, tc, static_cast<uint32_t *>(codes));
         wp_pack_words<<<bw, 256, 0, cu->stream>>>(static_cast<const uint32_t *>(w->scales), w->q.scale_cols, N, chunks, tw, static_cast<uint32_t *>(words));
     } else {
-        wp_pack_codes<false><<<bc, 256, 0, cu->stream>>>(src, w->q.row_bytes, N, chunks, tc, static_cast<uint32_t *>(codes));
+        wp_pack_codes<<<bc, 256, 0, cu->stream>>>(src, w->q.row_bytes, N, chunks, 0, tc, static_cast<uint32_t *>(codes));
         wp_pack_words_mx<<<bw, 256, 0, cu->stream>>>(static_cast<const uint8_t *>(w->scales), w->q.tile, w->q.scale_cols, N, chunks, tw,
                                                      static_cast<uint32_t *>(words));
     }

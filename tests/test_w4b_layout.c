@@ -1,7 +1,7 @@
 /*
  * test_w4b_layout.c - the HiF4 re-layout of the W4B decode GEMM (core/format/w4b_layout.h) on the
  * CPU: for HiF4 weights (1D and 64 x 64 words, ragged N, extreme row scales, NaN units), the
- * layout is packed here with the functions the CUDA pack kernels call, and the kernel's register
+ * layout is packed here by the functions the CUDA pack kernels call, and the kernel's register
  * arithmetic is replayed for every thread, step and A register of every tile and chunk (the
  * BF16x2 OR, the increments by mask and multiply-add, the FMA with the scale and -136 times it,
  * evaluated exactly in double and required to be a BF16 value): every element must come out as
@@ -42,6 +42,31 @@ static uint32_t bmul2(uint32_t a, uint32_t b)
     return r;
 }
 
+/* x [N, K] quantized on the CPU context in format fmt (tile for the weight role). */
+static fp4rl_tensor *quantize(fp4rl_context *ctx, const float *x, int64_t N, int64_t K, fp4rl_dtype fmt, int tile)
+{
+    const int64_t shape[2] = {N, K};
+    fp4rl_tensor *src = NULL, *q = NULL;
+    OK(fp4rl_tensor_from_host(&src, ctx, FP4RL_DTYPE_F32, 2, shape, x));
+    fp4rl_quant_policy *p = NULL;
+    OK(fp4rl_quant_policy_create(&p));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_WEIGHT, fmt));
+    OK(fp4rl_quant_policy_set(p, FP4RL_QP_TILE_WEIGHT, tile));
+    OK(fp4rl_quantize(&q, ctx, src, fmt, p, FP4RL_ROLE_WEIGHT));
+    fp4rl_quant_policy_destroy(p);
+    fp4rl_tensor_destroy(src);
+    return q;
+}
+/* The re-layout's code words (as the CUDA pack kernel makes them); *n their count. */
+static uint32_t *pack_codes(const fp4rl_tensor *q, int hif4, int64_t *n)
+{
+    const int64_t chunks = q->q.cols / 64, tiles = (q->q.rows + 63) / 64;
+    *n = tiles * chunks * FP4RL_W4B_TILE_CODE_BYTES / 4;
+    uint32_t *pc = malloc((size_t)*n * 4);
+    for (int64_t i = 0; i < *n; i++) pc[i] = fp4rl_w4b_pack_codes(q->data, q->q.row_bytes, q->q.rows, chunks, i, hif4);
+    return pc;
+}
+
 static void check_weight(fp4rl_context *ctx, int tile, int64_t N, int64_t K)
 {
     float *x = malloc((size_t)(N * K) * sizeof(float));
@@ -50,33 +75,17 @@ static void check_weight(fp4rl_context *ctx, int tile, int64_t N, int64_t K)
         for (int64_t k = 0; k < K; k++) x[r * K + k] = rs * gauss() * (1.0f + (float)(k % 7)) * (k % 13 == 0 ? 0.0f : 1.0f);
     }
     for (int64_t i = 5; i < N * K; i += tile ? N * K : 977) x[i] = NAN; /* 2D: one tile NaN, not all */
-    const int64_t shape[2] = {N, K};
-    fp4rl_tensor *src = NULL, *q = NULL;
-    OK(fp4rl_tensor_from_host(&src, ctx, FP4RL_DTYPE_F32, 2, shape, x));
-    fp4rl_quant_policy *p = NULL;
-    OK(fp4rl_quant_policy_create(&p));
-    OK(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_WEIGHT, FP4RL_DTYPE_HIF4));
-    OK(fp4rl_quant_policy_set(p, FP4RL_QP_TILE_WEIGHT, tile));
-    OK(fp4rl_quantize(&q, ctx, src, FP4RL_DTYPE_HIF4, p, FP4RL_ROLE_WEIGHT));
+    fp4rl_tensor *q = quantize(ctx, x, N, K, FP4RL_DTYPE_HIF4, tile);
     const uint8_t *codes = q->data;
     const uint32_t *words = q->scales;
     const int64_t chunks = K / 64, tiles = (N + 63) / 64;
 
-    /* the pack, as wp_pack_codes / wp_pack_words do it */
-    const int64_t ncw = tiles * chunks * FP4RL_W4B_TILE_CODE_BYTES / 4, nww = tiles * chunks * FP4RL_W4B_TILE_WORD_BYTES / 4;
-    uint32_t *pc = calloc((size_t)ncw, 4), *pwd = calloc((size_t)nww, 4);
-    for (int64_t i = 0; i < ncw; i++)
-        for (int j = 0; j < 4; j++) {
-            int64_t row, k;
-            fp4rl_w4b_code_pos(i, chunks, j, &row, &k);
-            const uint32_t b = row < N ? codes[row * q->q.row_bytes + k / 2] : 0u;
-            pc[i] |= fp4rl_w4b_level(b & 15u) << (4 * j) | fp4rl_w4b_level(b >> 4) << (16 + 4 * j);
-        }
-    for (int64_t i = 0; i < nww; i++) {
-        int64_t row, c;
-        fp4rl_w4b_word_pos(i, chunks, &row, &c);
-        pwd[i] = fp4rl_w4b_word(row < N ? words[row * q->q.scale_cols + c] : 0u);
-    }
+    /* the pack, by the functions the CUDA pack kernels call */
+    int64_t ncw;
+    uint32_t *pc = pack_codes(q, 1, &ncw);
+    const int64_t nww = tiles * chunks * FP4RL_W4B_TILE_WORD_BYTES / 4;
+    uint32_t *pwd = malloc((size_t)nww * 4);
+    for (int64_t i = 0; i < nww; i++) pwd[i] = fp4rl_w4b_pack_word(words, q->q.scale_cols, N, chunks, i);
 
     /* the kernel's arithmetic, thread by thread */
     unsigned char *seen = calloc((size_t)(N * K), 1);
@@ -130,8 +139,6 @@ static void check_weight(fp4rl_context *ctx, int tile, int64_t N, int64_t K)
     free(pc);
     free(pwd);
     free(x);
-    fp4rl_quant_policy_destroy(p);
-    fp4rl_tensor_destroy(src);
     fp4rl_tensor_destroy(q);
 }
 
@@ -146,35 +153,17 @@ static void check_weight_mx(fp4rl_context *ctx, int tile, int64_t N, int64_t K)
         const float rs = ldexpf(1.0f, rb % 3 == 1 ? -128 : (int)(rb % 58) - 60); /* amax < 2^2: scale codes <= 128; scale code 0 too */
         for (int64_t k = 0; k < K; k++) x[r * K + k] = rs * gauss() * (1.0f + (float)(k % 3)) * (k % 13 == 0 ? 0.0f : 1.0f);
     }
-    const int64_t shape[2] = {N, K};
-    fp4rl_tensor *src = NULL, *q = NULL, *dq = NULL;
-    OK(fp4rl_tensor_from_host(&src, ctx, FP4RL_DTYPE_F32, 2, shape, x));
-    fp4rl_quant_policy *p = NULL;
-    OK(fp4rl_quant_policy_create(&p));
-    OK(fp4rl_quant_policy_set(p, FP4RL_QP_FORMAT_WEIGHT, FP4RL_DTYPE_MXFP4));
-    OK(fp4rl_quant_policy_set(p, FP4RL_QP_TILE_WEIGHT, tile));
-    OK(fp4rl_quantize(&q, ctx, src, FP4RL_DTYPE_MXFP4, p, FP4RL_ROLE_WEIGHT));
+    fp4rl_tensor *q = quantize(ctx, x, N, K, FP4RL_DTYPE_MXFP4, tile), *dq = NULL;
     OK(fp4rl_dequantize(&dq, ctx, q, FP4RL_DTYPE_F32));
     const float *want = dq->data;
-    const uint8_t *codes = q->data, *sc = q->scales;
+    const uint8_t *sc = q->scales;
     for (size_t i = 0; i < q->scales_bytes; i++) ck_assert_uint_le(sc[i], FP4RL_W4B_MX_MAX_SCALE);
     const int64_t chunks = K / 64, tiles = (N + 63) / 64;
-    const int64_t ncw = tiles * chunks * FP4RL_W4B_TILE_CODE_BYTES / 4, nww = tiles * chunks * FP4RL_W4B_TILE_WORD_BYTES / 4;
-    uint32_t *pc = calloc((size_t)ncw, 4), *pwd = calloc((size_t)nww, 4);
-    for (int64_t i = 0; i < ncw; i++) /* as wp_pack_codes<false> */
-        for (int j = 0; j < 4; j++) {
-            int64_t row, k;
-            fp4rl_w4b_code_pos(i, chunks, j, &row, &k);
-            const uint32_t b = row < N ? codes[row * q->q.row_bytes + k / 2] : 0u;
-            pc[i] |= (b & 15u) << (4 * j) | (b >> 4) << (16 + 4 * j);
-        }
-    for (int64_t i = 0; i < nww; i++) { /* as wp_pack_words<false> */
-        int64_t row, c;
-        fp4rl_w4b_word_pos(i, chunks, &row, &c);
-        const uint32_t s0 = row < N ? sc[fp4rl_scale_index(tile, 32, q->q.scale_cols, row, 64 * c)] : 0u;
-        const uint32_t s1 = row < N ? sc[fp4rl_scale_index(tile, 32, q->q.scale_cols, row, 64 * c + 32)] : 0u;
-        pwd[i] = fp4rl_w4b_mx_word(s0, s1);
-    }
+    int64_t ncw;
+    uint32_t *pc = pack_codes(q, 0, &ncw);
+    const int64_t nww = tiles * chunks * FP4RL_W4B_TILE_WORD_BYTES / 4;
+    uint32_t *pwd = malloc((size_t)nww * 4);
+    for (int64_t i = 0; i < nww; i++) pwd[i] = fp4rl_w4b_pack_mx_word(sc, tile, q->q.scale_cols, N, chunks, i);
     unsigned char *seen = calloc((size_t)(N * K), 1);
     int64_t zeros = 0, subnormal = 0;
     for (int64_t tc = 0; tc < tiles * chunks; tc++)
@@ -202,8 +191,6 @@ static void check_weight_mx(fp4rl_context *ctx, int tile, int64_t N, int64_t K)
     free(pc);
     free(pwd);
     free(x);
-    fp4rl_quant_policy_destroy(p);
-    fp4rl_tensor_destroy(src);
     fp4rl_tensor_destroy(q);
     fp4rl_tensor_destroy(dq);
 }

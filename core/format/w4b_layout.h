@@ -66,6 +66,28 @@ FP4RL_HD uint32_t fp4rl_w4b_word(uint32_t w)
     return (w & FP4RL_HIF4_BASE_MASK) | u << 8;
 }
 
+/* Code word i of the re-layout of stored 4-bit codes [N rows, row_bytes] (HiF4: levels; MXFP4,
+ * hif4 = 0: the codes as they are). */
+FP4RL_HD uint32_t fp4rl_w4b_pack_codes(const uint8_t *codes, int64_t row_bytes, int64_t N, int64_t chunks, int64_t i, int hif4)
+{
+    uint32_t o = 0;
+    for (int j = 0; j < 4; j++) {
+        int64_t row, k;
+        fp4rl_w4b_code_pos(i, chunks, j, &row, &k);
+        const uint32_t b = row < N ? codes[row * row_bytes + k / 2] : 0u; /* elements k (low nibble), k + 1 */
+        const uint32_t lo = b & 15u, hi = b >> 4;
+        o |= (hif4 ? fp4rl_w4b_level(lo) : lo) << (4 * j) | (hif4 ? fp4rl_w4b_level(hi) : hi) << (16 + 4 * j);
+    }
+    return o;
+}
+/* Word i of a HiF4 weight's re-layout from its stored words [N rows, scale_cols]. */
+FP4RL_HD uint32_t fp4rl_w4b_pack_word(const uint32_t *words, int64_t scale_cols, int64_t N, int64_t chunks, int64_t i)
+{
+    int64_t row, c;
+    fp4rl_w4b_word_pos(i, chunks, &row, &c);
+    return fp4rl_w4b_word(row < N ? words[row * scale_cols + c] : 0u);
+}
+
 /* A thread's rotations and masks for its micro-blocks (th = t >> 1). */
 typedef struct fp4rl_w4b_th { uint32_t r1, m1, r2, m2; } fp4rl_w4b_th;
 FP4RL_HD fp4rl_w4b_th fp4rl_w4b_th_of(int th)
@@ -131,5 +153,15 @@ FP4RL_HD uint32_t fp4rl_w4b_mx_sign_src(uint32_t y, int j) { return fp4rl_w4b_ro
 FP4RL_HD uint32_t fp4rl_w4b_mx_elems(uint32_t y, int j) { return fp4rl_w4b_mx_mag(y, j) | (fp4rl_w4b_mx_sign_src(y, j) & 0x80008000u); }
 /* The word of scale codes s0 (k 0..31 of the chunk) and s1 (k 32..63), both <= FP4RL_W4B_MX_MAX_SCALE. */
 FP4RL_HD uint32_t fp4rl_w4b_mx_word(uint32_t s0, uint32_t s1) { return ((s0 + 126u) << 7) | (((s1 + 126u) << 7) << 16); }
+/* Word i of an MXFP4 weight's re-layout from its stored E8M0 scales (tile 0: 1D blocks of 32;
+ * 32: 32 x 32 tiles). */
+FP4RL_HD uint32_t fp4rl_w4b_pack_mx_word(const uint8_t *scales, int tile, int64_t scale_cols, int64_t N, int64_t chunks, int64_t i)
+{
+    int64_t row, c;
+    fp4rl_w4b_word_pos(i, chunks, &row, &c);
+    const uint32_t s0 = row < N ? scales[fp4rl_scale_index(tile, 32, scale_cols, row, 64 * c)] : 0u;
+    const uint32_t s1 = row < N ? scales[fp4rl_scale_index(tile, 32, scale_cols, row, 64 * c + 32)] : 0u;
+    return fp4rl_w4b_mx_word(s0, s1);
+}
 
 #endif
