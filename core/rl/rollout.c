@@ -150,9 +150,9 @@ static int fast_w4(const fast_plan *f, int64_t N) { return f->w4 && fast_halves(
 
 /* The W4B path's GEMM rows at most: decode steps (ResQ's 2N of up to 512 sequences), not prefills,
  * whose tensor-core GEMMs on wb are compute-bound and faster. */
-/* W4B pays where the GEMM is bound by the weight's bytes: on an H100 (session 20) the re-laid-out
- * HiF4 kernel ran 1.3-1.8x cuBLASLt BF16 at 1 row at the 3B shapes, 0.55-1.3x at 16, below 1x at
- * 64-256 rows but for gate+up at 128; so operands of at most 32 rows (ResQ's 2N: 16 sequences). */
+/* W4B pays where the GEMM is bound by the weight's bytes: on an H100 (session 20, two runs) the
+ * re-laid-out HiF4 kernel ran 1.04-1.85x cuBLASLt BF16 at 1 row at the 3B shapes, 0.55-1.51x at 16,
+ * below 1x from 64 rows but for gate+up; so operands of at most 32 rows (ResQ's 2N: 16 sequences). */
 enum { W4B_MAX_ROWS = 32 };
 /* Whether a fused linear over N rows multiplies its BF16 operand by the packed weight. */
 static int fast_w4b(const fast_plan *f, int64_t N) { return f->w4b && !fast_w4(f, N) && fast_halves(f) * N <= W4B_MAX_ROWS; }
@@ -491,8 +491,8 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
         fast_plan *f = (fast_plan *)plan_of(e, r);
         if (f->w4b && fused_first(e, r) == r && m->ops->linear_w4b_ok(ctx, e->wt[r]) != FP4RL_OK) f->w4b = 0;
     }
-    /* and its layout (CUDA, HiF4: the A fragments' order, one 16-byte load a thread a chunk), once
-     * per rollout; the same results bit for bit */
+    /* and its layout (CUDA: HiF4, and MXFP4 whose scales allow it, in the A fragments' order, one
+     * 16-byte load a thread a chunk), once per rollout; the same results bit for bit */
     for (int64_t l = 0; l < L && !st; l++)
         for (int r = 0; r < FP4RL_LIN_COUNT && !st; r++)
             if (plan_of(e, r)->w4b && fused_first(e, r) == r) st = m->ops->linear_w4b_pack(ctx, e->wt[l * FP4RL_LIN_COUNT + r]);
