@@ -42,7 +42,7 @@ if on ncu && [ $SECONDS -lt $budget ] && command -v ncu > /dev/null; then
 fi
 # 2c. compute-sanitizer memcheck of both kernels on ragged shapes (where the machine's runtime has it)
 if on memcheck && [ $SECONDS -lt $budget ] && command -v compute-sanitizer > /dev/null; then
-  for a in "1 300 320" "33 300 320 pack" "300 77 2048 pack" "100 130 640"; do
+  for a in "1 300 320" "33 300 320 pack" "300 77 2048 pack" "100 130 640" "40 300 320 nvfp4"; do
     (cd /tmp && timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 $bin/fp4rl_bench 1 w4bprof $a) > $L/memcheck.txt 2>&1
     echo "memcheck w4bprof $a: rc=$? $(grep -E 'ERROR SUMMARY' $L/memcheck.txt | tail -1)"
   done

@@ -48,9 +48,10 @@
  *                                    and for M <= 64 with FP4RL_D8_PERSIST=1 ("M p": the persistent
  *                                    kernel on the re-laid-out weight)
  *   fp4rl_bench [reps] w4b           sections 1 and 11: the packed-weight GEMM with BF16 activations
- *                                    (cuda/decode_w4b.h, HiF4 / MXFP4 weights read packed) vs cuBLASLt
+ *                                    (cuda/decode_w4b.h, HiF4 / MXFP4 / NVFP4 weights read packed) vs cuBLASLt
  *                                    BF16 at N = K = 8192 and the 3B fused shapes, M 1..512
- *   fp4rl_bench [reps] w4bprof M N K [pack]  only 3 + reps launches of the w4b kernel, HiF4 (for ncu; pack: re-laid out)
+ *   fp4rl_bench [reps] w4bprof M N K [pack|nvfp4]  only 3 + reps launches of the w4b kernel, HiF4 (for ncu; pack: re-laid
+ *                                    out; nvfp4: an NVFP4 weight, re-laid out)
  *   fp4rl_bench [reps] dgprof F M    only 3 + reps launches of the packed kernel, format F
  *                                    (mxfp4 / nvfp4 / hif4), M rows, N = K = 8192 (for ncu)
  *   fp4rl_bench [reps] attn          sections 1 and 7: the decode attention (attention_rows) at the
@@ -518,22 +519,23 @@ static void w4b_section(double copy_bw, double l2)
     const Shape shapes[] = {{"8192 x 8192", 8192, 8192}, {"3B q+k+v", 2560, 2048}, {"3B o", 2048, 2048},
                             {"3B gate+up", 22016, 2048}, {"3B down", 2048, 11008}};
     const int64_t Ms[] = {1, 16, 64, 128, 256, 512};
-    const fp4rl_dtype fmts[4] = {FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP4}; /* the last two re-laid out (fp4rl_cuda_w4b_pack) */
+    constexpr int NF = 5;
+    const fp4rl_dtype fmts[NF] = {FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_NVFP4}; /* from 2: re-laid out (fp4rl_cuda_w4b_pack) */
     printf("\n## Packed-weight GEMM, BF16 activations (cuda/decode_w4b.h) vs cuBLASLt BF16 on the BF16 weight, FP32 output, weights rotated "
            "out of L2\n\n");
     printf("x = cuBLASLt BF16 time / w4b time (auto split-K); %%copy = weight bytes (BF16; codes + scales) per second / copy bandwidth "
            "(%.0f GB/s); TFLOP/s = 2 M N K / time (%%pk: of the 989 TFLOP/s dense BF16 peak).\n\n", copy_bw);
     printf("| shape (N x K) | M | BF16 us | %%copy | TFLOP/s | hif4 us | x | %%copy | TFLOP/s (%%pk) | mxfp4 us | x | %%copy | hif4 packed us | x | "
-           "%%copy | mxfp4 packed us | x | %%copy |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "%%copy | mxfp4 packed us | x | %%copy | nvfp4 packed us | x | %%copy |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Shape &sh : shapes) {
         const int64_t N = sh.N, K = sh.K;
         const double bf_bytes = (double)N * K * 2;
         std::vector<fp4rl_tensor *> wb;
         for (int i = 0, nb = rotation(bf_bytes, l2, 32); i < nb; i++) wb.push_back(random_bf16(N, K, 100 + i));
-        std::vector<fp4rl_tensor *> wq[4];
-        double qbytes[4];
-        for (int f = 0; f < 4; f++) {
+        std::vector<fp4rl_tensor *> wq[NF];
+        double qbytes[NF];
+        for (int f = 0; f < NF; f++) {
             fp4rl_quant_policy *p = policy(fmts[f], 0, 0);
             qbytes[f] = (double)N * K / 2 + (double)N * K / (f == 1 ? 32 : 16); /* re-laid-out MXFP4: 4 bytes a 64 too */
             for (int i = 0, nq = rotation(qbytes[f], l2, 64); i < nq; i++) {
@@ -554,7 +556,7 @@ static void w4b_section(double copy_bw, double l2)
             const double base = lt_ms(M, N, K, x, wb, yp), flop = 2.0 * M * N * K;
             printf("| %s (%lld x %lld) | %lld | %.1f | %.0f%% | %.0f |", sh.name, (long long)N, (long long)K, (long long)M, base * 1e3,
                    100.0 * bf_bytes / (base * 1e-3) / 1e9 / copy_bw, flop / (base * 1e-3) / 1e12);
-            for (int f = 0; f < 4; f++) {
+            for (int f = 0; f < NF; f++) {
                 const double ms = time_ms([&](int i) {
                     CK(fp4rl_cuda_w4b_gemm(ctx, yp, N, static_cast<const uint16_t *>(x->data), M, wq[f][i % wq[f].size()], NULL, 0));
                 });
@@ -568,7 +570,7 @@ static void w4b_section(double copy_bw, double l2)
         }
         fp4rl_tensor_destroy(y);
         for (fp4rl_tensor *t : wb) fp4rl_tensor_destroy(t);
-        for (int f = 0; f < 4; f++)
+        for (int f = 0; f < NF; f++)
             for (fp4rl_tensor *t : wq[f]) fp4rl_tensor_destroy(t);
     }
     printf("\n");
@@ -845,12 +847,14 @@ int main(int argc, char **argv)
         fp4rl_context_destroy(ctx);
         return 0;
     }
-    if (argc > 5 && strcmp(argv[2], "w4bprof") == 0) { /* 3 + reps launches of the w4b kernel alone, HiF4 (for ncu); 6th arg "pack": re-laid out */
+    if (argc > 5 && strcmp(argv[2], "w4bprof") == 0) { /* 3 + reps launches of the w4b kernel alone, HiF4 (for ncu); 6th arg "pack": re-laid out, "nvfp4": NVFP4 re-laid out */
         const int64_t M = atoll(argv[3]), N = atoll(argv[4]), K = atoll(argv[5]);
+        const bool nv = argc > 6 && strcmp(argv[6], "nvfp4") == 0;
+        const fp4rl_dtype fmt = nv ? FP4RL_DTYPE_NVFP4 : FP4RL_DTYPE_HIF4;
         fp4rl_tensor *w = random_bf16(N, K, 3), *x = random_bf16(M, K, 4), *q;
-        fp4rl_quant_policy *p = policy(FP4RL_DTYPE_HIF4, 0, 0);
-        CK(fp4rl_quantize(&q, ctx, w, FP4RL_DTYPE_HIF4, p, FP4RL_ROLE_WEIGHT));
-        if (argc > 6 && strcmp(argv[6], "pack") == 0) CK(fp4rl_cuda_w4b_pack(ctx, q));
+        fp4rl_quant_policy *p = policy(fmt, 0, 0);
+        CK(fp4rl_quantize(&q, ctx, w, fmt, p, FP4RL_ROLE_WEIGHT));
+        if (nv || (argc > 6 && strcmp(argv[6], "pack") == 0)) CK(fp4rl_cuda_w4b_pack(ctx, q));
         float *y;
         CU(cudaMalloc(&y, (size_t)(M * N) * 4));
         for (int i = 0; i < 3 + reps; i++) CK(fp4rl_cuda_w4b_gemm(ctx, y, N, static_cast<const uint16_t *>(x->data), M, q, NULL, 0));

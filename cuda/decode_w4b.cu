@@ -36,6 +36,7 @@ using namespace fp4rl_cuda_mma;
 
 constexpr int KC = 64;      /* k a chunk (ring stage): one HiF4 unit, two MXFP4 units */
 constexpr int THREADS = 256; /* two warpgroups */
+enum { FP_HIF4, FP_MX, FP_NV }; /* wp_kernel's formats (the re-layouts of format/w4b_layout.h) */
 
 struct WB {
     const uint16_t *x;
@@ -49,9 +50,11 @@ struct WB {
     int64_t row_bytes, scale_cols;
     int tile; /* MXFP4: 0 (1D) or 32 (2D tiles) */
     int slices, chunks_per_slice, chunks;
+    int reduce_apart; /* split-K: the partials summed by wb_reduce, a kernel of its own (else by the tile's last CTA) */
     int tiles;      /* the HiF4 re-layout (wp_kernel): 64-row tiles */
     uint32_t magic; /* wp_kernel: FP4RL_W4B_MAGIC, a parameter so that one LOP3 a register
                      * ORs it in (two immediates would take two) */
+    float alpha;    /* the sums' factor: NVFP4 g 2^10 (w4b_layout.h), else 1 (exact either way) */
 };
 
 /* One ring stage: activations [NB][128 bytes] (swizzled, 1024-byte aligned: first), weight codes
@@ -81,6 +84,13 @@ struct PStage {
 
 static_assert(Stage<1, 32>::STAGES == 8 && Stage<1, 128>::STAGES == 4 && PStage<1, 32>::STAGES == 8 && PStage<1, 128>::STAGES == 4,
               "ring stages: powers of two");
+
+/* An output from its FP32 sum: times alpha, then + bias (two roundings, as the reference's epilogue). */
+__device__ __forceinline__ float wb_out(float sum, float alpha, const float *bias, int64_t n)
+{
+    const float v = __fmul_rn(sum, alpha);
+    return bias ? __fadd_rn(v, bias[n]) : v;
+}
 
 /* The device code below exists in the sm_90a pass only (the kernel's body is a trap elsewhere). */
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -368,7 +378,7 @@ __device__ __forceinline__ void wb_store(const WB &p, float (&acc)[MT][NB / 2], 
 #pragma unroll
             for (int i = 0; i < NR; i++) {
                 const int n = n0 + rl0 + 64 * mt + 8 * ((i & 3) >> 1), m = m0 + 8 * (i >> 2) + 2 * t + (i & 1);
-                if (m < p.M && n < p.N) p.c[(int64_t)m * p.ldc + n] = p.bias ? acc[mt][i] + p.bias[n] : acc[mt][i];
+                if (m < p.M && n < p.N) p.c[(int64_t)m * p.ldc + n] = wb_out(acc[mt][i], p.alpha, p.bias, n);
             }
         return;
     }
@@ -379,6 +389,7 @@ __device__ __forceinline__ void wb_store(const WB &p, float (&acc)[MT][NB / 2], 
             const int n = n0 + rl0 + 64 * mt + 8 * ((i & 3) >> 1), m = m0 + 8 * (i >> 2) + 2 * t + (i & 1);
             if (m < p.M && n < p.N) p.ws[((int64_t)slice * p.M + m) * p.N + n] = acc[mt][i];
         }
+    if (p.reduce_apart) return; /* wb_reduce, launched next, sums them */
     __threadfence();
     __syncthreads();
     const int ctr = rb * gridDim.y + blockIdx.y;
@@ -421,7 +432,7 @@ __device__ __forceinline__ void wb_store(const WB &p, float (&acc)[MT][NB / 2], 
         for (int u = 0; u < 4; u++)
             if (ok[u]) {
                 const int64_t m = off[u] / p.N, n = off[u] - m * p.N;
-                p.c[m * p.ldc + n] = p.bias ? sum[u] + p.bias[n] : sum[u];
+                p.c[m * p.ldc + n] = wb_out(sum[u], p.alpha, p.bias, n);
             }
     }
 }
@@ -533,9 +544,10 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
 #endif
 }
 
-/* The HiF4 re-laid-out kernel (fp4rl_cuda_w4b_pack): wb_kernel's ring, MMAs and epilogue; a chunk's
- * weights are one 16-byte load a tile and one LOP3 + one FMA a register (format/w4b_layout.h). */
-template <int MT, int NB, bool MX>
+/* The re-laid-out kernel (fp4rl_cuda_w4b_pack; F: FP_HIF4, FP_MX, FP_NV): wb_kernel's ring, MMAs and
+ * epilogue; a chunk's weights are one 16-byte load a tile, then a register is one LOP3 + one FMA
+ * (HiF4) or two rotations, two LOP3 and a multiply (MXFP4, NVFP4) (format/w4b_layout.h). */
+template <int MT, int NB, int F>
 __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -572,15 +584,22 @@ __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
         const int so = ring(c, STAGES) * S::BYTES;
         const uint8_t *st = smem + so;
         uint4 cw[MT];
-        uint32_t b2[MT][2], c2[MT][2], z[MT][2]; /* MXFP4: b2 the two multipliers (w4b_layout.h) */
+        uint32_t b2[MT][2], c2[MT][2], z[MT][2]; /* MXFP4: b2 the two units' multipliers; NVFP4: b2 blocks 0 | 2, c2 1 | 3 */
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             const int tile = wg * MT + mt;
             cw[mt] = *reinterpret_cast<const uint4 *>(st + S::W + tile * 2048 + (wl * 32 + lane) * 16);
             const uint2 sw = *reinterpret_cast<const uint2 *>(st + S::WS + tile * 256 + (wl * 8 + g) * 8);
-            if constexpr (MX) {
+            if constexpr (F == FP_MX) {
                 b2[mt][0] = sw.x;
                 b2[mt][1] = sw.y;
+                continue;
+            }
+            if constexpr (F == FP_NV) {
+                b2[mt][0] = fp4rl_w4b_nv_mult2(sw.x, 0);
+                c2[mt][0] = fp4rl_w4b_nv_mult2(sw.x, 1);
+                b2[mt][1] = fp4rl_w4b_nv_mult2(sw.y, 0);
+                c2[mt][1] = fp4rl_w4b_nv_mult2(sw.y, 1);
                 continue;
             }
             b2[mt][0] = fp4rl_w4b_base2(sw.x);
@@ -600,8 +619,9 @@ __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
                 const uint32_t y = s == 0 ? cw[mt].x : s == 1 ? cw[mt].y : s == 2 ? cw[mt].z : cw[mt].w;
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) { /* a[hh]: the step's first 8 k, a[2 + hh]: its second */
-                    if constexpr (MX) { /* e2m1 2^-126 (two rotations, two LOP3) times the unit's multiplier */
-                        const uint32_t m = s < 2 ? half_lo2(b2[mt][hh]) : half_hi2(b2[mt][hh]);
+                    if constexpr (F != FP_HIF4) { /* e2m1 2^-126 (two rotations, two LOP3) times the unit's (block's) multiplier */
+                        const uint32_t mw = F == FP_MX || !(s & 1) ? b2[mt][hh] : c2[mt][hh];
+                        const uint32_t m = s < 2 ? half_lo2(mw) : half_hi2(mw);
                         af[mt][hh] = bmul2(and_or(fp4rl_w4b_mx_sign_src(y, hh), 0x80008000u, fp4rl_w4b_mx_mag(y, hh)), m);
                         af[mt][2 + hh] = bmul2(and_or(fp4rl_w4b_mx_sign_src(y, 2 + hh), 0x80008000u, fp4rl_w4b_mx_mag(y, 2 + hh)), m);
                         continue;
@@ -630,6 +650,28 @@ __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
 #endif
 }
 
+/* The split-K sum where the partials are many (wb_store with reduce_apart): one thread an output,
+ * over every multiprocessor, the slices added in slice order (wb_store's order: the same bits).
+ * The tile's last CTA alone took ~25 us for 8 slices of 256 x 64 outputs (2048 x 2048 at M = 64,
+ * session 21, H100): one multiprocessor's loads, against ~1 us here plus a launch. */
+__global__ void wb_reduce(const float *ws, int slices, int64_t MN, int N, float *c, int ldc, float alpha, const float *bias)
+{
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= MN) return;
+    float sum = 0.0f;
+    int s = 0;
+    for (; s + 4 <= slices; s += 4) { /* four loads in flight, then the adds in order */
+        float v[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) v[q] = __ldcg(&ws[(int64_t)(s + q) * MN + i]);
+#pragma unroll
+        for (int q = 0; q < 4; q++) sum = __fadd_rn(sum, v[q]);
+    }
+    for (; s < slices; s++) sum = __fadd_rn(sum, __ldcg(&ws[(int64_t)s * MN + i]));
+    const int64_t m = i / N, n = i - m * N;
+    c[m * ldc + n] = wb_out(sum, alpha, bias, n);
+}
+
 /* The kernel's shared-memory attribute (set once per instantiation: *cached) and its CTAs a
  * multiprocessor (*occ). */
 template <class Kern>
@@ -646,17 +688,15 @@ cudaError_t k_prepare(Kern kern, int smem, int *cached, int *occ)
     return cudaSuccess;
 }
 /* k_prepare (grid 0) or the launch, for the tile (MT, NB) and the layout: L 0 HiF4 as stored, 1
- * MXFP4 as stored (wb_kernel), 2 HiF4 re-laid out, 3 MXFP4 re-laid out (wp_kernel). */
+ * MXFP4 as stored (wb_kernel), 2 HiF4, 3 MXFP4, 4 NVFP4 re-laid out (wp_kernel). */
 template <int MT, int NB, int L>
 cudaError_t k_run(const WB &p, dim3 grid, cudaStream_t s, int *occ)
 {
     static int cached = 0; /* per instantiation */
-    if constexpr (L == 2) {
-        if (grid.x) return wp_kernel<MT, NB, false><<<grid, THREADS, PStage<MT, NB>::SMEM, s>>>(p), cudaSuccess;
-        return k_prepare(wp_kernel<MT, NB, false>, PStage<MT, NB>::SMEM, &cached, occ);
-    } else if constexpr (L == 3) {
-        if (grid.x) return wp_kernel<MT, NB, true><<<grid, THREADS, PStage<MT, NB>::SMEM, s>>>(p), cudaSuccess;
-        return k_prepare(wp_kernel<MT, NB, true>, PStage<MT, NB>::SMEM, &cached, occ);
+    if constexpr (L >= 2) {
+        constexpr int F = L == 2 ? FP_HIF4 : L == 3 ? FP_MX : FP_NV;
+        if (grid.x) return wp_kernel<MT, NB, F><<<grid, THREADS, PStage<MT, NB>::SMEM, s>>>(p), cudaSuccess;
+        return k_prepare(wp_kernel<MT, NB, F>, PStage<MT, NB>::SMEM, &cached, occ);
     } else {
         if (grid.x) return wb_kernel<MT, NB, L == 0><<<grid, THREADS, Stage<MT, NB>::SMEM, s>>>(p), cudaSuccess;
         return k_prepare(wb_kernel<MT, NB, L == 0>, Stage<MT, NB>::SMEM, &cached, occ);
@@ -672,6 +712,7 @@ cudaError_t k_dispatch_nb(const WB &p, int nb, dim3 grid, cudaStream_t s, int *o
 template <int MT>
 cudaError_t k_dispatch_l(const WB &p, int layout, int nb, dim3 grid, cudaStream_t s, int *occ)
 {
+    if (layout == 4) return k_dispatch_nb<MT, 4>(p, nb, grid, s, occ);
     if (layout == 3) return k_dispatch_nb<MT, 3>(p, nb, grid, s, occ);
     if (layout == 2) return k_dispatch_nb<MT, 2>(p, nb, grid, s, occ);
     return layout ? k_dispatch_nb<MT, 1>(p, nb, grid, s, occ) : k_dispatch_nb<MT, 0>(p, nb, grid, s, occ);
@@ -697,6 +738,17 @@ __global__ void wp_pack_words_mx(const uint8_t *scales, int tile, int64_t scale_
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = fp4rl_w4b_pack_mx_word(scales, tile, scale_cols, N, chunks, i);
 }
+__global__ void wp_pack_nv_codes(const uint8_t *codes, int64_t row_bytes, const uint8_t *scales, int tile, int64_t scale_cols, int64_t N,
+                                 int64_t chunks, int64_t total, uint32_t *out)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = fp4rl_w4b_pack_nv_codes(codes, row_bytes, scales, tile, scale_cols, N, chunks, i);
+}
+__global__ void wp_pack_nv_words(const uint8_t *scales, int tile, int64_t scale_cols, int64_t N, int64_t chunks, int64_t total, uint32_t *out)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = fp4rl_w4b_pack_nv_word(scales, tile, scale_cols, N, chunks, i);
+}
 /* *bad = 1 where a scale code exceeds FP4RL_W4B_MX_MAX_SCALE (its multiplier is no BF16). */
 __global__ void wp_mx_scales_bad(const uint8_t *scales, int64_t n, unsigned *bad)
 {
@@ -704,21 +756,27 @@ __global__ void wp_mx_scales_bad(const uint8_t *scales, int64_t n, unsigned *bad
         if (scales[i] > FP4RL_W4B_MX_MAX_SCALE) *bad = 1u;
 }
 
+/* A weight the kernels or the re-layout take (NVFP4: the re-layout only, stored_ok below). */
 int wb_weight_ok(const fp4rl_tensor *w)
 {
     if (!w || w->ndim != 2 || !w->data || !w->scales) return 0;
     if (w->layout != 0 && w->layout != FP4RL_LAYOUT_W4B) return 0;
-    if (w->dtype != FP4RL_DTYPE_HIF4 && !(w->dtype == FP4RL_DTYPE_MXFP4 && (w->q.tile == 0 || w->q.tile == 32))) return 0;
+    if (w->dtype != FP4RL_DTYPE_HIF4 && !(w->dtype == FP4RL_DTYPE_MXFP4 && (w->q.tile == 0 || w->q.tile == 32)) &&
+        !(w->dtype == FP4RL_DTYPE_NVFP4 && (w->q.tile == 0 || w->q.tile == 16)))
+        return 0;
     const int64_t N = w->q.rows, K = w->q.cols;
     if (N < 1 || K < KC || K % KC || N >= (1LL << 31) || K >= (1LL << 31)) return 0;
     return !((uintptr_t)w->data & 15) && !((uintptr_t)w->scales & 3) && !(w->q.row_bytes & 15);
 }
 
+/* Whether a weight wb_weight_ok takes can be read as it is (NVFP4 only re-laid out). */
+int wb_layout_ok(const fp4rl_tensor *w) { return w->dtype != FP4RL_DTYPE_NVFP4 || w->layout == FP4RL_LAYOUT_W4B; }
+
 } // namespace
 
 int fp4rl_cuda_w4b_ok(fp4rl_context *ctx, const fp4rl_tensor *w)
 {
-    return ctx && wb_weight_ok(w) && fp4rl_cuda_has_sm90a(ctx);
+    return ctx && wb_weight_ok(w) && wb_layout_ok(w) && fp4rl_cuda_has_sm90a(ctx);
 }
 
 fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, const uint16_t *x, int64_t M, const fp4rl_tensor *w,
@@ -727,7 +785,9 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     if (!ctx || !c || !x || !w) return fp4rl_fail(FP4RL_ERR_INVALID_ARGUMENT, "w4b_gemm: NULL context, output, operand or weight");
     if (!wb_weight_ok(w))
         return fp4rl_fail(FP4RL_ERR_UNSUPPORTED,
-                          "w4b_gemm: the weight must be 2D HiF4, or MXFP4 1D or in 32 x 32 tiles, K a positive multiple of %d, aligned", KC);
+                          "w4b_gemm: the weight must be 2D HiF4, MXFP4 1D or in 32 x 32 tiles, or NVFP4 1D or in 16 x 16 tiles, K a positive "
+                          "multiple of %d, aligned", KC);
+    if (!wb_layout_ok(w)) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: an NVFP4 weight is read re-laid out only (fp4rl_cuda_w4b_pack first)");
     const int64_t N = w->q.rows, K = w->q.cols;
     if (M < 1 || M >= (1LL << 31)) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: M = %lld out of range", (long long)M);
     if (ldc < N || ldc >= (1LL << 31)) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: ldc = %lld below N = %lld or too large", (long long)ldc, (long long)N);
@@ -752,8 +812,9 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     p.chunks = (int)(K / KC);
     p.tiles = (int)((N + 63) / 64);
     p.magic = FP4RL_W4B_MAGIC;
-    /* 0 HiF4 as stored, 1 MXFP4 as stored, 2 HiF4 and 3 MXFP4 re-laid out by fp4rl_cuda_w4b_pack */
-    const int layout = (w->dtype == FP4RL_DTYPE_HIF4 ? 0 : 1) + (w->layout == FP4RL_LAYOUT_W4B ? 2 : 0);
+    p.alpha = w->dtype == FP4RL_DTYPE_NVFP4 ? w->tensor_scale * 0x1p10f : 1.0f; /* w4b_layout.h: the 2^-10 of the multipliers */
+    /* 0 HiF4 as stored, 1 MXFP4 as stored, 2 HiF4, 3 MXFP4 and 4 NVFP4 re-laid out by fp4rl_cuda_w4b_pack */
+    const int layout = w->dtype == FP4RL_DTYPE_NVFP4 ? 4 : (w->dtype == FP4RL_DTYPE_HIF4 ? 0 : 1) + (w->layout == FP4RL_LAYOUT_W4B ? 2 : 0);
     /* The tile: NB the fewest activation rows (32, 64, 128) covering M, up to 128; 256 weight rows
      * a CTA (two m64 tiles a warpgroup: the per-chunk copies, barrier and MMA issue over twice the
      * work) where NB <= 64 or that still gives a CTA a multiprocessor, else 128. The grid: at most
@@ -791,15 +852,25 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     if (rblocks * p.slices >= (1LL << 31)) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: N = %lld too large", (long long)N);
     p.ws = NULL;
     p.counters = cu->counters;
+    /* Split-K's sum: by the tile's last CTA while a tile's outputs are one pass of its threads (M <= 4
+     * at 256 rows: no second launch), else by wb_reduce over the whole device. FP4RL_W4B_REDUCE=0 / 1
+     * forces the one or the other (a tuning knob, read at every call). */
+    const char *renv = getenv("FP4RL_W4B_REDUCE");
+    p.reduce_apart = renv && (renv[0] == '0' || renv[0] == '1') ? renv[0] == '1' : (M < nb ? M : nb) * rows > 4 * THREADS;
     void *ws = NULL;
     if (p.slices > 1) {
-        st = fp4rl_cuda_split_counters(ctx, (size_t)(rblocks * mblocks), &p.counters);
+        if (!p.reduce_apart) st = fp4rl_cuda_split_counters(ctx, (size_t)(rblocks * mblocks), &p.counters);
         if (!st) st = fp4rl_cuda_alloc_bytes(ctx, &ws, (size_t)p.slices * (size_t)M * (size_t)N * sizeof(float));
         if (st) return st;
         p.ws = static_cast<float *>(ws);
     }
     const dim3 grid((unsigned)(rblocks * p.slices), (unsigned)mblocks);
     e = wb_dispatch(p, mt, nb, layout, grid, cu->stream, &occ);
+    if (e == cudaSuccess && p.slices > 1 && p.reduce_apart) {
+        const int64_t MN = M * N;
+        wb_reduce<<<(unsigned)((MN + 255) / 256), 256, 0, cu->stream>>>(p.ws, p.slices, MN, p.N, c, p.ldc, p.alpha, bias);
+        e = cudaGetLastError();
+    }
     st = e != cudaSuccess ? fp4rl_cuda_fail(ctx, e, "w4b_gemm: launch") : fp4rl_cuda_check_launch(ctx, "w4b_gemm");
     fp4rl_cuda_free_bytes(ctx, ws); /* stream order keeps the block's next user after this kernel */
     return st;
@@ -815,8 +886,8 @@ fp4rl_status fp4rl_cuda_w4b_pack(fp4rl_context *ctx, fp4rl_tensor *w)
     fp4rl_status st = fp4rl_cuda_enter(ctx);
     if (st) return st;
     fp4rl_cuda *cu = fp4rl_cuda_of(ctx);
-    const bool hif4 = w->dtype == FP4RL_DTYPE_HIF4;
-    if (!hif4) { /* MXFP4: only where every multiplier is a BF16 (w4b_layout.h); else the stored layout stays */
+    const bool hif4 = w->dtype == FP4RL_DTYPE_HIF4, nv = w->dtype == FP4RL_DTYPE_NVFP4;
+    if (!hif4 && !nv) { /* MXFP4: only where every multiplier is a BF16 (w4b_layout.h); else the stored layout stays */
         unsigned *bad = NULL, hbad = 0;
         st = fp4rl_cuda_alloc_bytes(ctx, (void **)&bad, sizeof(unsigned));
         if (st) return st;
@@ -844,7 +915,11 @@ fp4rl_status fp4rl_cuda_w4b_pack(fp4rl_context *ctx, fp4rl_tensor *w)
     const int64_t tc = (int64_t)ncodes / 4, tw = (int64_t)nwords / 4;
     const unsigned bc = (unsigned)((tc + 255) / 256 < 65536 ? (tc + 255) / 256 : 65536), bw = (unsigned)((tw + 255) / 256 < 65536 ? (tw + 255) / 256 : 65536);
     const uint8_t *src = static_cast<const uint8_t *>(w->data);
-    if (hif4) {
+    if (nv) {
+        const uint8_t *sc = static_cast<const uint8_t *>(w->scales);
+        wp_pack_nv_codes<<<bc, 256, 0, cu->stream>>>(src, w->q.row_bytes, sc, w->q.tile, w->q.scale_cols, N, chunks, tc, static_cast<uint32_t *>(codes));
+        wp_pack_nv_words<<<bw, 256, 0, cu->stream>>>(sc, w->q.tile, w->q.scale_cols, N, chunks, tw, static_cast<uint32_t *>(words));
+    } else if (hif4) {
         wp_pack_codes<<<bc, 256, 0, cu->stream>>>(src, w->q.row_bytes, N, chunks, 1, tc, static_cast<uint32_t *>(codes));
         wp_pack_words<<<bw, 256, 0, cu->stream>>>(static_cast<const uint32_t *>(w->scales), w->q.scale_cols, N, chunks, tw, static_cast<uint32_t *>(words));
     } else {

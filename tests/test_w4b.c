@@ -8,16 +8,19 @@
  * (b) random BF16 X: every sampled output within FP32 summation's bound of the float64 sum of the
  *     exact products, |c - exact| <= (K + 2 + slices) 2^-24 S (S = sum |x w|), with and without
  *     bias; M from 1 to 300 (every activation tile, ragged), N ragged and the 3B shapes, the
- *     default split and forced ones; two runs memcmp-equal (deterministic);
+ *     default split and forced ones; two runs memcmp-equal (deterministic; with a forced split, the
+ *     sum by the tiles' last CTAs and by wb_reduce);
  * (c) bad arguments refused with an error;
  * (d) fp4rl_cuda_w4b_pack (HiF4, and MXFP4 with scale codes <= 128, re-laid out for wp_kernel): the
  *     GEMM's results bit for bit those of the weight as stored, and (a), (b) run on re-laid-out
  *     weights too (MXFP4 down to scale code 0: BF16 subnormal weights); MXFP4 with larger scales
- *     is left as stored.
+ *     is left as stored; NVFP4 (1D, 16 x 16), which the kernel reads re-laid out only, with its tensor
+ *     scale as the epilogue's alpha: (a) and (b) too.
  * Label `gpu`: exits 77 (skipped) without a GPU; where the device is not compute capability 9.0 or
  * the build has no sm_90a code, fp4rl_cuda_w4b_ok is 0 and the GEMM cases are skipped (the
  * refusals still run).
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -90,7 +93,7 @@ static fp4rl_tensor *weight(fp4rl_dtype fmt, int tile, int pack, int64_t N, int6
 
 static const struct {
     fp4rl_dtype fmt;
-    int tile, pack; /* pack: re-laid out by fp4rl_cuda_w4b_pack (HiF4) */
+    int tile, pack; /* pack: re-laid out by fp4rl_cuda_w4b_pack (NVFP4 always) */
     const char *name;
 } FMTS[] = {{FP4RL_DTYPE_HIF4, 0, 0, "HiF4"},
             {FP4RL_DTYPE_MXFP4, 0, 0, "MXFP4"},
@@ -99,7 +102,9 @@ static const struct {
             {FP4RL_DTYPE_HIF4, 64, 0, "HiF4 64x64"},
             {FP4RL_DTYPE_MXFP4, 32, 0, "MXFP4 32x32"},
             {FP4RL_DTYPE_HIF4, 64, 1, "HiF4 64x64 re-laid out"},
-            {FP4RL_DTYPE_MXFP4, 32, 1, "MXFP4 32x32 re-laid out"}};
+            {FP4RL_DTYPE_MXFP4, 32, 1, "MXFP4 32x32 re-laid out"},
+            {FP4RL_DTYPE_NVFP4, 0, 1, "NVFP4 re-laid out"},
+            {FP4RL_DTYPE_NVFP4, 16, 1, "NVFP4 16x16 re-laid out"}};
 /* The extreme weights of format f (MXFP4 re-laid out: the range it is re-laid out in). */
 static int extreme_of(size_t f) { return FMTS[f].pack && FMTS[f].fmt == FP4RL_DTYPE_MXFP4 ? 2 : 1; }
 
@@ -166,12 +171,16 @@ static void gemm_case(size_t f, int64_t N, int64_t K, const int64_t *ms, size_t 
         for (int mode = 0; mode < 3; mode++) { /* 0: default split, no bias; 1: default, bias; 2: forced split, bias */
             const int sl = mode == 2 ? slices : 0;
             const float *b = mode ? dbias : NULL;
+            /* mode 2: the split-K sum by the tiles' last CTAs, then by wb_reduce: the same order, the same bits */
+            if (mode == 2) setenv("FP4RL_W4B_REDUCE", "0", 1);
             OKG(fp4rl_cuda_w4b_gemm(gpu, dc, ldc, dx, M, q, b, sl));
+            if (mode == 2) setenv("FP4RL_W4B_REDUCE", "1", 1);
             OKG(fp4rl_cuda_w4b_gemm(gpu, dc2, ldc, dx, M, q, b, sl));
+            unsetenv("FP4RL_W4B_REDUCE");
             float *c = host(dc, (size_t)(M * ldc) * 4), *c2 = host(dc2, (size_t)(M * ldc) * 4);
             for (int64_t m = 0; m < M; m++)
-                ck_assert_msg(!memcmp(c + m * ldc, c2 + m * ldc, (size_t)N * 4), "%s %lldx%lldx%lld: two runs differ", FMTS[f].name, (long long)M,
-                              (long long)N, (long long)K);
+                ck_assert_msg(!memcmp(c + m * ldc, c2 + m * ldc, (size_t)N * 4), "%s %lldx%lldx%lld mode %d: two runs differ", FMTS[f].name, (long long)M,
+                              (long long)N, (long long)K, mode);
             const int all = M * N <= 30000;
             const int64_t samples = all ? M * N : 3000;
             const double rel = (double)(K + 2 + (sl ? sl : 16)) * 0x1p-24;
@@ -217,9 +226,10 @@ START_TEST(test_gemm_3b)
     if (!have) return;
     static const int64_t ms[] = {16, 128, 256};
     static const int64_t shapes[][2] = {{2560, 2048}, {22016, 2048}, {2048, 11008}};
-    for (size_t f = 0; f < 4; f++) /* 1D: HiF4, MXFP4, as stored and re-laid out */
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) gemm_case(f, shapes[i][0], shapes[i][1], ms, sizeof ms / sizeof ms[0], 5);
-    printf("3B shapes (q|k|v, gate|up, down), HiF4 and MXFP4 as stored and re-laid out: within the bound\n");
+    for (size_t f = 0; f < sizeof FMTS / sizeof FMTS[0]; f++) /* 1D: HiF4, MXFP4, as stored and re-laid out; NVFP4 */
+        if (FMTS[f].tile == 0)
+            for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) gemm_case(f, shapes[i][0], shapes[i][1], ms, sizeof ms / sizeof ms[0], 5);
+    printf("3B shapes (q|k|v, gate|up, down), HiF4 and MXFP4 as stored and re-laid out, NVFP4: within the bound\n");
 }
 END_TEST
 
@@ -301,9 +311,14 @@ START_TEST(test_refusals)
     }
     fp4rl_tensor_destroy(q);
     free(wv);
-    q = weight(FP4RL_DTYPE_NVFP4, 0, 0, 64, 128, 0, &wv); /* NVFP4: not this kernel's */
+    q = weight(FP4RL_DTYPE_NVFP4, 0, 0, 64, 128, 0, &wv); /* NVFP4: read re-laid out only */
     ck_assert_int_eq(fp4rl_cuda_w4b_ok(gpu, q), 0);
     ck_assert_int_eq(fp4rl_cuda_w4b_gemm(gpu, dc, 64, dx, 4, q, NULL, 0), FP4RL_ERR_UNSUPPORTED);
+    if (have) {
+        OKG(fp4rl_cuda_w4b_pack(gpu, q));
+        ck_assert_int_eq(q->layout, FP4RL_LAYOUT_W4B);
+        ck_assert_int_eq(fp4rl_cuda_w4b_ok(gpu, q), 1);
+    }
     fp4rl_tensor_destroy(q);
     free(wv);
     if (have) { /* MXFP4 with a scale code past FP4RL_W4B_MX_MAX_SCALE (|w| ~ 2^14): left as stored */

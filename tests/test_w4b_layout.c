@@ -9,7 +9,8 @@
  * as zero), and every element of the weight must be reached exactly once. A wrong bit position,
  * rotation, nibble or fragment index fails here without a GPU. MXFP4 likewise (its code words are the
  * codes, its words the two 32-k units' multipliers), against fp4rl_dequantize, BF16 subnormals
- * included.
+ * included; NVFP4 too (its words the four 16-k blocks' multiplier bytes, the tensor scale as
+ * alpha), zero, subnormal and NaN block scales included.
  */
 #include <check.h>
 #include <math.h>
@@ -144,49 +145,72 @@ static void check_weight(fp4rl_context *ctx, int tile, int64_t N, int64_t K)
 
 /* MXFP4 (1D and 32 x 32 tiles, scales within FP4RL_W4B_MX_MAX_SCALE, rows down to 2^-60): the code
  * words as HiF4's with the codes themselves, the word the two multipliers; every register's two
- * BF16 values times its multiplier half must be fp4rl_dequantize's value exactly. */
-static void check_weight_mx(fp4rl_context *ctx, int tile, int64_t N, int64_t K)
+ * BF16 values times its multiplier half must be fp4rl_dequantize's value exactly. NVFP4 (1D and
+ * 16 x 16 tiles; rows (tiles) from 2^-40 to 1, so zero and subnormal UE4M3 scales; NaN blocks): the word
+ * the four blocks' multiplier bytes, the product an exact BF16 that times alpha = g 2^10 (one FP32
+ * rounding, the kernel's epilogue) is fp4rl_dequantize's value. */
+static void check_weight_e2m1(fp4rl_context *ctx, fp4rl_dtype fmt, int tile, int64_t N, int64_t K)
 {
+    const int nv = fmt == FP4RL_DTYPE_NVFP4;
     float *x = malloc((size_t)(N * K) * sizeof(float));
     for (int64_t r = 0; r < N; r++) {
-        const int64_t rb = tile ? r / tile : r; /* 2D: one scale a 32-row tile */
-        const float rs = ldexpf(1.0f, rb % 3 == 1 ? -128 : (int)(rb % 58) - 60); /* amax < 2^2: scale codes <= 128; scale code 0 too */
+        const int64_t rb = tile ? r / tile : r; /* 2D: one scale a tile */
+        const float rs = nv ? ldexpf(1.0f, -(int)((rb * 17) % 41))
+                            : ldexpf(1.0f, rb % 3 == 1 ? -128 : (int)(rb % 58) - 60); /* amax < 2^2: scale codes <= 128; scale code 0 too */
         for (int64_t k = 0; k < K; k++) x[r * K + k] = rs * gauss() * (1.0f + (float)(k % 3)) * (k % 13 == 0 ? 0.0f : 1.0f);
     }
-    fp4rl_tensor *q = quantize(ctx, x, N, K, FP4RL_DTYPE_MXFP4, tile), *dq = NULL;
+    if (nv)
+        for (int64_t i = 5; i < N * K; i += 977) x[i] = NAN;
+    fp4rl_tensor *q = quantize(ctx, x, N, K, fmt, tile), *dq = NULL;
     OK(fp4rl_dequantize(&dq, ctx, q, FP4RL_DTYPE_F32));
     const float *want = dq->data;
     const uint8_t *sc = q->scales;
-    for (size_t i = 0; i < q->scales_bytes; i++) ck_assert_uint_le(sc[i], FP4RL_W4B_MX_MAX_SCALE);
+    const float alpha = q->tensor_scale * 0x1p10f;
+    if (!nv)
+        for (size_t i = 0; i < q->scales_bytes; i++) ck_assert_uint_le(sc[i], FP4RL_W4B_MX_MAX_SCALE);
     const int64_t chunks = K / 64, tiles = (N + 63) / 64;
     int64_t ncw;
-    uint32_t *pc = pack_codes(q, 0, &ncw);
+    uint32_t *pc = nv ? malloc((size_t)(tiles * chunks * FP4RL_W4B_TILE_CODE_BYTES)) : pack_codes(q, 0, &ncw);
+    if (nv)
+        for (int64_t i = 0; i < tiles * chunks * FP4RL_W4B_TILE_CODE_BYTES / 4; i++)
+            pc[i] = fp4rl_w4b_pack_nv_codes(q->data, q->q.row_bytes, sc, tile, q->q.scale_cols, N, chunks, i);
     const int64_t nww = tiles * chunks * FP4RL_W4B_TILE_WORD_BYTES / 4;
     uint32_t *pwd = malloc((size_t)nww * 4);
-    for (int64_t i = 0; i < nww; i++) pwd[i] = fp4rl_w4b_pack_mx_word(sc, tile, q->q.scale_cols, N, chunks, i);
+    for (int64_t i = 0; i < nww; i++)
+        pwd[i] = nv ? fp4rl_w4b_pack_nv_word(sc, tile, q->q.scale_cols, N, chunks, i) : fp4rl_w4b_pack_mx_word(sc, tile, q->q.scale_cols, N, chunks, i);
     unsigned char *seen = calloc((size_t)(N * K), 1);
-    int64_t zeros = 0, subnormal = 0;
+    int64_t zeros = 0, subnormal = 0, nans = 0;
     for (int64_t tc = 0; tc < tiles * chunks; tc++)
         for (int w = 0; w < 4; w++)
             for (int lane = 0; lane < 32; lane++)
                 for (int s = 0; s < 4; s++) {
                     const int64_t ci = ((tc * 4 + w) * 32 + lane) * 4 + s;
                     for (int j = 0; j < 4; j++) {
-                        const uint32_t xr = fp4rl_w4b_mx_elems(pc[ci], j), mw = pwd[(tc * 4 + w) * 16 + (lane >> 2) * 2 + (j & 1)];
+                        const uint32_t xr = fp4rl_w4b_mx_elems(pc[ci], j), wd = pwd[(tc * 4 + w) * 16 + (lane >> 2) * 2 + (j & 1)];
+                        const uint32_t mw = nv ? fp4rl_w4b_nv_mult2(wd, s & 1) : wd; /* the step's multiplier in half s >> 1 */
                         int64_t row, k;
                         fp4rl_w4b_code_pos(ci, chunks, j, &row, &k);
                         for (int e = 0; e < 2 && row < N; e++) {
                             const double v = half_val(xr, e) * half_val(mw, s >> 1), wv = want[row * K + k + e];
+                            const double got = nv ? (double)(float)(v * (double)alpha) : v; /* v alpha: exact in double, then binary32 */
                             ck_assert_msg(!seen[row * K + k + e]++, "element (%lld, %lld) reached twice", (long long)row, (long long)(k + e));
-                            ck_assert_msg(v == wv && (double)fp4rl_round_bf16((float)v) == v, "MXFP4 tile %d %lldx%lld: (%lld, %lld) = %a, the stored weight %a",
-                                          tile, (long long)N, (long long)K, (long long)row, (long long)(k + e), v, wv);
+                            ck_assert_msg(isnan(wv) ? isnan(got) : got == wv && (double)fp4rl_round_bf16((float)v) == v,
+                                          "%s tile %d %lldx%lld: (%lld, %lld) = %a, the stored weight %a", fp4rl_dtype_name(fmt), tile, (long long)N,
+                                          (long long)K, (long long)row, (long long)(k + e), got, wv);
                             zeros += wv == 0.0;
-                            subnormal += wv != 0.0 && fabs(wv) < 0x1p-126;
+                            nans += isnan(wv);
+                            subnormal += wv != 0.0 && fabs(nv ? v : wv) < 0x1p-126;
                         }
                     }
                 }
     for (int64_t i = 0; i < N * K; i++) ck_assert_msg(seen[i] == 1, "element %lld not reached", (long long)i);
-    ck_assert_msg(zeros > 0 && subnormal > 0, "the weight has zeros (%lld) and BF16 subnormals (%lld)", (long long)zeros, (long long)subnormal);
+    ck_assert_msg(zeros > 0 && (subnormal > 0 || nv), "the weight has zeros (%lld) and BF16 subnormals (%lld)", (long long)zeros, (long long)subnormal);
+    if (nv) { /* the scale paths the multiplier bytes cover: zero, subnormal and normal UE4M3, NaN */
+        int kinds[4] = {0, 0, 0, 0};
+        for (size_t i = 0; i < q->scales_bytes; i++) kinds[sc[i] == 0 ? 0 : sc[i] < 8 ? 1 : sc[i] == FP4RL_UE4M3_NAN ? 3 : 2]++;
+        ck_assert_msg(kinds[0] && kinds[1] && kinds[2] && kinds[3] && nans, "NVFP4 scales: %d zero, %d subnormal, %d normal, %d NaN", kinds[0], kinds[1],
+                      kinds[2], kinds[3]);
+    }
     free(seen);
     free(pc);
     free(pwd);
@@ -195,14 +219,36 @@ static void check_weight_mx(fp4rl_context *ctx, int tile, int64_t N, int64_t K)
     fp4rl_tensor_destroy(dq);
 }
 
-START_TEST(test_layout_decodes_mxfp4)
+/* check_weight_e2m1 over the shapes, 1D and 2D tiles of the format. */
+static void check_e2m1(fp4rl_dtype fmt, int tile2d)
 {
     fp4rl_context *ctx = NULL;
     OK(fp4rl_context_create(&ctx, FP4RL_DEVICE_CPU, 0));
     static const int64_t shapes[][2] = {{77, 64}, {130, 320}, {300, 192}};
-    for (int tile = 0; tile <= 32; tile += 32)
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) check_weight_mx(ctx, tile, shapes[i][0], shapes[i][1]);
+    for (int tile = 0; tile <= tile2d; tile += tile2d)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) check_weight_e2m1(ctx, fmt, tile, shapes[i][0], shapes[i][1]);
     fp4rl_context_destroy(ctx);
+}
+START_TEST(test_layout_decodes_mxfp4) { check_e2m1(FP4RL_DTYPE_MXFP4, 32); }
+END_TEST
+START_TEST(test_layout_decodes_nvfp4) { check_e2m1(FP4RL_DTYPE_NVFP4, 16); }
+END_TEST
+
+/* Every UE4M3 code: its multiplier byte gives s * 2^116 as a BF16 (NaN for the NaN code), both
+ * halves of the pair from the word's bytes. */
+START_TEST(test_nv_multipliers)
+{
+    for (uint32_t c = 0; c < 256; c++) {
+        const uint32_t q = fp4rl_w4b_nv_q(c);
+        ck_assert_uint_lt(q, 256);
+        const uint32_t w = q << 8 | fp4rl_w4b_nv_q(0x5A) << 24, m = fp4rl_w4b_nv_mult2(w, 1); /* block 1 (low half) and 3 (high) */
+        const double want = (c & 0x7Fu) == FP4RL_UE4M3_NAN ? NAN : (double)fp4rl_ue4m3_decode((uint8_t)c) * 0x1p116;
+        const double got = half_val(m, 0);
+        if (isnan(want)) ck_assert_msg(isnan(got), "code %u: NaN", c);
+        else if (want != 0.0) ck_assert_msg(got == want, "code %u: %a, want %a", c, got, want);
+        else ck_assert_msg(isfinite(got), "code 0: finite (its codes are zeroed)");
+        ck_assert(half_val(m, 1) == (double)fp4rl_ue4m3_decode(0x5A) * 0x1p116);
+    }
 }
 END_TEST
 
@@ -255,6 +301,8 @@ int main(void)
     tcase_add_test(tc, test_word_bits);
     tcase_add_test(tc, test_layout_decodes_the_weight);
     tcase_add_test(tc, test_layout_decodes_mxfp4);
+    tcase_add_test(tc, test_layout_decodes_nvfp4);
+    tcase_add_test(tc, test_nv_multipliers);
     suite_add_tcase(s, tc);
     return fp4rl_check_run(s);
 }

@@ -21,6 +21,7 @@
 #ifndef FP4RL_FORMAT_W4B_LAYOUT_H
 #define FP4RL_FORMAT_W4B_LAYOUT_H
 
+#include "format/formats.h" /* fp4rl_ue4m3_decode; layout.h through traits */
 #include "format/layout.h"
 
 #define FP4RL_W4B_TILE_CODE_BYTES 2048 /* a 64-row tile's codes for one 64-k chunk */
@@ -162,6 +163,63 @@ FP4RL_HD uint32_t fp4rl_w4b_pack_mx_word(const uint8_t *scales, int tile, int64_
     const uint32_t s0 = row < N ? scales[fp4rl_scale_index(tile, 32, scale_cols, row, 64 * c)] : 0u;
     const uint32_t s1 = row < N ? scales[fp4rl_scale_index(tile, 32, scale_cols, row, 64 * c + 32)] : 0u;
     return fp4rl_w4b_mx_word(s0, s1);
+}
+
+/* ---- NVFP4 (1D blocks of 16, or 16 x 16 tiles) ----
+ * Only re-laid out (no kernel reads its stored layout). The code words hold the E2M1 codes as
+ * MXFP4's, except that a block whose scale is zero has its codes zeroed (value * 0 is 0 either
+ * way, so its multiplier need only be finite). A register's two codes are MXFP4's e2m1 * 2^-126
+ * (fp4rl_w4b_mx_elems), times the multiplier of the step's 16-k block: s_b * 2^116 as a BF16, a
+ * normal number in [2^107, 2^125) for every finite s_b > 0 (NaN for a NaN block). The product is
+ * e2m1 * s_b * 2^-10 exactly (at most 6 significant bits, within [2^-20, 2.625]); the kernel
+ * multiplies its FP32 sums by alpha = g * 2^10, a power of two away from g, so C = g (X V^T) with
+ * V = e2m1 * s_b: the tensor scale as the GEMM's alpha, as the format contract puts it.
+ * The word of a row and chunk holds its four blocks' multipliers as bytes q (block s in byte s):
+ * the BF16 bits 16 q + 0x7500 (exponent field 234 + (q >> 3), top mantissa bits q & 7), so a pair
+ * of them is one byte permute and one multiply-add (fp4rl_w4b_nv_mult2). */
+#define FP4RL_W4B_NV_BIAS 0x75007500u /* BF16x2 exponent field 234 in both halves */
+#define FP4RL_W4B_NV_NAN_Q 0xACu      /* 16 q + 0x7500 = 0x7FC0, BF16's NaN */
+
+/* The multiplier byte q of a UE4M3 scale code (bit 7 ignored, as fp4rl_ue4m3_decode does). */
+FP4RL_HD uint32_t fp4rl_w4b_nv_q(uint32_t s)
+{
+    s &= 0x7Fu;
+    if (s == FP4RL_UE4M3_NAN) return FP4RL_W4B_NV_NAN_Q;
+    if (s == 0) return 0u;
+    const uint32_t b = fp4rl_f32_bits(fp4rl_ue4m3_decode((uint8_t)s) * 0x1p116f) >> 16; /* exact: <= 4 significant bits */
+    return (b - (FP4RL_W4B_NV_BIAS & 0xFFFFu)) >> 4;
+}
+/* The BF16x2 multipliers of blocks odd (low half) and odd + 2 (high half) of a row's word. */
+FP4RL_HD uint32_t fp4rl_w4b_nv_mult2(uint32_t w, int odd)
+{
+#ifdef __CUDA_ARCH__
+    const uint32_t q2 = __byte_perm(w, 0u, odd ? 0x4341u : 0x4240u);
+#else
+    const uint32_t q2 = (w >> (8 * odd)) & 0x00FF00FFu;
+#endif
+    return q2 * 16u + FP4RL_W4B_NV_BIAS;
+}
+/* Code word i of an NVFP4 weight's re-layout: fp4rl_w4b_pack_codes' (hif4 = 0) with the codes of
+ * zero-scale blocks zeroed (scales: the stored UE4M3 codes, tile 0 or 16). */
+FP4RL_HD uint32_t fp4rl_w4b_pack_nv_codes(const uint8_t *codes, int64_t row_bytes, const uint8_t *scales, int tile, int64_t scale_cols, int64_t N,
+                                          int64_t chunks, int64_t i)
+{
+    uint32_t o = fp4rl_w4b_pack_codes(codes, row_bytes, N, chunks, i, 0);
+    for (int j = 0; j < 4; j++) { /* register j's two codes lie in one 16-k block */
+        int64_t row, k;
+        fp4rl_w4b_code_pos(i, chunks, j, &row, &k);
+        if (row < N && (scales[fp4rl_scale_index(tile, 16, scale_cols, row, k)] & 0x7Fu) == 0) o &= ~(0x000F000Fu << (4 * j));
+    }
+    return o;
+}
+/* Word i of an NVFP4 weight's re-layout from its stored UE4M3 scales. */
+FP4RL_HD uint32_t fp4rl_w4b_pack_nv_word(const uint8_t *scales, int tile, int64_t scale_cols, int64_t N, int64_t chunks, int64_t i)
+{
+    int64_t row, c;
+    fp4rl_w4b_word_pos(i, chunks, &row, &c);
+    uint32_t o = 0;
+    for (int b = 0; b < 4 && row < N; b++) o |= fp4rl_w4b_nv_q(scales[fp4rl_scale_index(tile, 16, scale_cols, row, 64 * c + 16 * b)]) << (8 * b);
+    return o;
 }
 
 #endif
