@@ -8,7 +8,8 @@
 # and BF16 rollouts (16 x 8 of 128 + 256) with FP4RL_ROLLOUT_W4B on and off; 4.
 # test_ops_parity and test_rollout_graphs (FP4RL_SWIGLU_ACT=1: the activation kernel, swiglu_act,
 # the W4B engine; swiglu_act is on by default since session 20), then the swiglu_act A/B (HiF4 and BF16); after 2, ncu of the re-laid-out kernel where it reads counters. Logs in $OUT (the caller tars them).
-# Usage: bash bench/device_w4b.sh [pkg=.devrun-b] [budget=420] [steps=test,bench,ncu,memcheck,roll,tests,ab,small]
+# Usage: bash bench/device_w4b.sh [pkg=.devrun-b] [budget=420] [steps=test,bench,sweep,ncu,memcheck,roll,tests,ab,small]
+#   (sweep: fp4rl_bench w4bsweep, the grid choices at the decode shapes)
 #   (budget: seconds after which no new step starts; small: the 3B rollouts at 2 x 8, where W4B runs)
 set -uo pipefail
 pkg=.devrun-b budget=420 steps=test,bench,ncu,memcheck,roll,tests,ab
@@ -32,6 +33,7 @@ if on test; then
 echo "test_w4b rc=$? $(grep -E '^[0-9]+%: Checks' $L/test_w4b.log | tail -1) (t=$SECONDS)"; grep -E ":F:|:E:|w4b:|identity|random|3B" $L/test_w4b.log | cut -c1-400 | head -8
 fi
 on bench && { (cd /tmp && timeout 150 stdbuf -oL $bin/fp4rl_bench 5 w4b) > $L/bench_w4b.md 2>&1; grep -E "^\||GB/s" $L/bench_w4b.md | head -40; }
+on sweep && [ $SECONDS -lt $budget ] && { (cd /tmp && timeout 150 stdbuf -oL $bin/fp4rl_bench 5 w4bsweep) > $L/sweep.md 2>&1; grep -E "^\|" $L/sweep.md | cut -d'|' -f2-8; }
 # 2b. where ncu reads counters (Firecracker machines): the re-laid-out kernel at M = 1 and 128, 8192^2
 if on ncu && [ $SECONDS -lt $budget ] && command -v ncu > /dev/null; then
   for m in 1 128; do

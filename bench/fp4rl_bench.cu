@@ -50,6 +50,8 @@
  *   fp4rl_bench [reps] w4b           sections 1 and 11: the packed-weight GEMM with BF16 activations
  *                                    (cuda/decode_w4b.h, HiF4 / MXFP4 / NVFP4 weights read packed) vs cuBLASLt
  *                                    BF16 at N = K = 8192 and the 3B fused shapes, M 1..512
+ *   fp4rl_bench [reps] w4bsweep      the W4B grid (tiles a warpgroup, K slices, split-K sum) at the decode
+ *                                    shapes, M 1..64, each choice timed, against the library's own
  *   fp4rl_bench [reps] w4bprof M N K [pack|nvfp4]  only 3 + reps launches of the w4b kernel, HiF4 (for ncu; pack: re-laid
  *                                    out; nvfp4: an NVFP4 weight, re-laid out)
  *   fp4rl_bench [reps] dgprof F M    only 3 + reps launches of the packed kernel, format F
@@ -69,6 +71,7 @@
 #include <string.h>
 #include <time.h>
 #include <vector>
+#include <string>
 
 #include "backend/ops.h"
 #include "cuda_internal.h"
@@ -576,6 +579,67 @@ static void w4b_section(double copy_bw, double l2)
     printf("\n");
 }
 
+/* ---- 11b. the W4B grid choices (FP4RL_W4B_MT, slices, FP4RL_W4B_REDUCE) at the decode shapes ---- */
+static void w4b_sweep(double l2)
+{
+    struct Shape {
+        const char *name;
+        int64_t N, K;
+    };
+    const Shape shapes[] = {{"8192 x 8192", 8192, 8192}, {"3B q+k+v", 2560, 2048}, {"3B o", 2048, 2048},
+                            {"3B gate+up", 22016, 2048}, {"3B down", 2048, 11008}};
+    const int64_t Ms[] = {1, 16, 32, 64};
+    const int sl[] = {1, 2, 4, 8, 16, 32};
+    printf("\n## W4B grid sweep: HiF4 re-laid out, us (mt = m64 tiles a warpgroup, s = K slices, r = the split-K sum by wb_reduce); "
+           "auto = the library's choice\n\n| shape | M | BF16 us | auto us | best | best us | auto / best | all (mt s r: us) |\n|---|---|---|---|---|---|---|---|\n");
+    for (const Shape &sh : shapes) {
+        const int64_t N = sh.N, K = sh.K;
+        std::vector<fp4rl_tensor *> wb, wq;
+        for (int i = 0, nb = rotation((double)N * K * 2, l2, 32); i < nb; i++) wb.push_back(random_bf16(N, K, 100 + i));
+        fp4rl_quant_policy *p = policy(FP4RL_DTYPE_HIF4, 0, 0);
+        for (int i = 0, nq = rotation((double)N * K * 9 / 16, l2, 64); i < nq; i++) {
+            fp4rl_tensor *q;
+            CK(fp4rl_quantize(&q, ctx, wb[i % wb.size()], FP4RL_DTYPE_HIF4, p, FP4RL_ROLE_WEIGHT));
+            CK(fp4rl_cuda_w4b_pack(ctx, q));
+            wq.push_back(q);
+        }
+        fp4rl_quant_policy_destroy(p);
+        float *y;
+        CU(cudaMalloc(&y, (size_t)(64 * N) * 4));
+        for (int64_t M : Ms) {
+            fp4rl_tensor *x = random_bf16(M, K, 7);
+            auto run = [&](int slices) {
+                return time_ms([&](int i) { CK(fp4rl_cuda_w4b_gemm(ctx, y, N, static_cast<const uint16_t *>(x->data), M, wq[i % wq.size()], NULL, slices)); });
+            };
+            const double base = lt_ms(M, N, K, x, wb, y), autot = run(0);
+            std::string all;
+            double best = 1e30;
+            char bestc[32] = "";
+            for (int mt = 1; mt <= 2; mt++)
+                for (int si : sl)
+                    for (int r = 0; r < (si > 1 ? 2 : 1); r++) {
+                        setenv("FP4RL_W4B_MT", mt == 1 ? "1" : "2", 1);
+                        setenv("FP4RL_W4B_REDUCE", r ? "1" : "0", 1);
+                        const double t = run(si);
+                        char b[48];
+                        snprintf(b, sizeof b, "%d %d %d: %.1f; ", mt, si, r, t * 1e3);
+                        all += b;
+                        if (t < best) best = t, snprintf(bestc, sizeof bestc, "%d %d %d", mt, si, r);
+                    }
+            unsetenv("FP4RL_W4B_MT");
+            unsetenv("FP4RL_W4B_REDUCE");
+            printf("| %s | %lld | %.1f | %.1f | %s | %.1f | %.2f | %s |\n", sh.name, (long long)M, base * 1e3, autot * 1e3, bestc, best * 1e3, autot / best,
+                   all.c_str());
+            fflush(stdout);
+            fp4rl_tensor_destroy(x);
+        }
+        CU(cudaFree(y));
+        for (fp4rl_tensor *t : wb) fp4rl_tensor_destroy(t);
+        for (fp4rl_tensor *t : wq) fp4rl_tensor_destroy(t);
+    }
+    printf("\n");
+}
+
 /* ---- 8. the W4A4 decode GEMM (cuda/decode_fp8.h) ---- */
 static void d8_section(double copy_bw, double l2)
 {
@@ -860,6 +924,11 @@ int main(int argc, char **argv)
         for (int i = 0; i < 3 + reps; i++) CK(fp4rl_cuda_w4b_gemm(ctx, y, N, static_cast<const uint16_t *>(x->data), M, q, NULL, 0));
         CU(cudaStreamSynchronize(stream));
         printf("w4bprof: %d launches, M %lld N %lld K %lld\n", 3 + reps, (long long)M, (long long)N, (long long)K);
+        fp4rl_context_destroy(ctx);
+        return 0;
+    }
+    if (argc > 2 && strcmp(argv[2], "w4bsweep") == 0) {
+        w4b_sweep(prop.l2CacheSize);
         fp4rl_context_destroy(ctx);
         return 0;
     }

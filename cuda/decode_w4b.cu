@@ -828,7 +828,8 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     const int64_t mblocks = (M + nb - 1) / nb;
     if (mblocks > 65535) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: M = %lld too large", (long long)M);
     const int sms = cu->sm_count > 0 ? cu->sm_count : 1;
-    const int mt = nb <= 64 || ((N + 255) / 256) * mblocks >= sms ? 2 : 1;
+    const char *menv = getenv("FP4RL_W4B_MT"); /* 1 or 2 m64 tiles a warpgroup: a tuning knob, like FP4RL_W4B_SLICES */
+    const int mt = menv && (menv[0] == '1' || menv[0] == '2') ? menv[0] - '0' : nb <= 64 || ((N + 255) / 256) * mblocks >= sms ? 2 : 1;
     int64_t smax = p.chunks / 4;
     if (smax > K / (4 * M)) smax = K / (4 * M);
     if (smax > (16LL << 20) / (4 * M * N)) smax = (16LL << 20) / (4 * M * N);
