@@ -8,8 +8,9 @@
 # and BF16 rollouts (16 x 8 of 128 + 256) with FP4RL_ROLLOUT_W4B on and off; 4.
 # test_ops_parity and test_rollout_graphs (FP4RL_SWIGLU_ACT=1: the activation kernel, swiglu_act,
 # the W4B engine; swiglu_act is on by default since session 20), then the swiglu_act A/B (HiF4 and BF16); after 2, ncu of the re-laid-out kernel where it reads counters. Logs in $OUT (the caller tars them).
-# Usage: bash bench/device_w4b.sh [pkg=.devrun-b] [budget=420] [steps=test,bench,sweep,ncu,memcheck,roll,tests,ab,small]
-#   (sweep: fp4rl_bench w4bsweep, the grid choices at the decode shapes)
+# Usage: bash bench/device_w4b.sh [pkg=.devrun-b] [budget=420] [steps=test,bench,sweep,ncu,memcheck,roll,tests,ab,small,mid]
+#   (sweep: fp4rl_bench w4bsweep, the grid choices at the decode shapes; mid: the 3B rollouts at 8 x 8,
+#   W4B up to 128 / 64 operand rows, off, BF16)
 #   (budget: seconds after which no new step starts; small: the 3B rollouts at 2 x 8, where W4B runs)
 set -uo pipefail
 pkg=.devrun-b budget=420 steps=test,bench,ncu,memcheck,roll,tests,ab
@@ -64,9 +65,16 @@ if on roll; then
 fi
 if on small; then # 2 x 8 sequences: ResQ's operand 32 rows, so W4B runs on every decode GEMM
   echo "## small rollouts (t=$SECONDS)"
-  roll hif4 2 FP4RL_ROLLOUT_W4B=1
+  roll hif4 2 FP4RL_ROLLOUT_W4B_ROWS=32 # the default: W4B on (GPU), up to 32 rows
   roll hif4 2 FP4RL_ROLLOUT_W4B=0
   roll bf16 2 FP4RL_ROLLOUT_W4B=0
+fi
+if on mid; then # 8 x 8 sequences: ResQ's operand 128 rows; W4B there only with FP4RL_ROLLOUT_W4B_ROWS >= 128
+  echo "## 8 x 8 rollouts (t=$SECONDS)"
+  roll hif4 8 FP4RL_ROLLOUT_W4B_ROWS=128
+  roll hif4 8 FP4RL_ROLLOUT_W4B_ROWS=64
+  roll hif4 8 FP4RL_ROLLOUT_W4B=0
+  roll bf16 8 FP4RL_ROLLOUT_W4B=0
 fi
 if on tests; then
   echo "## engine and parity tests (t=$SECONDS)"

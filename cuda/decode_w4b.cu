@@ -817,7 +817,9 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     const int layout = w->dtype == FP4RL_DTYPE_NVFP4 ? 4 : (w->dtype == FP4RL_DTYPE_HIF4 ? 0 : 1) + (w->layout == FP4RL_LAYOUT_W4B ? 2 : 0);
     /* The tile: NB the fewest activation rows (32, 64, 128) covering M, up to 128; 256 weight rows
      * a CTA (two m64 tiles a warpgroup: the per-chunk copies, barrier and MMA issue over twice the
-     * work) where NB <= 64 or that still gives a CTA a multiprocessor, else 128. The grid: at most
+     * work) where NB <= 64 and N > 4096, or that still gives a CTA a multiprocessor, else 128 (the
+     * sweep of session 21, fp4rl_bench w4bsweep on an H100: 128-row CTAs took 3B o from 9.0-11.3 us
+     * to 7.5-9.3 at M = 1..64, q+k+v slightly, down alike; 256 rows were better for 8192^2 and gate+up). The grid: at most
      * one wave of the CTAs the device holds at once (occ a multiprocessor: a second, partial wave
      * costs a whole CTA's time), filled by split-K with at most 16 slices of at least 4 chunks, the
      * slices' FP32 partials (written and read again, mostly in L2) within 4 weight bytes a partial
@@ -829,7 +831,7 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     if (mblocks > 65535) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: M = %lld too large", (long long)M);
     const int sms = cu->sm_count > 0 ? cu->sm_count : 1;
     const char *menv = getenv("FP4RL_W4B_MT"); /* 1 or 2 m64 tiles a warpgroup: a tuning knob, like FP4RL_W4B_SLICES */
-    const int mt = menv && (menv[0] == '1' || menv[0] == '2') ? menv[0] - '0' : nb <= 64 || ((N + 255) / 256) * mblocks >= sms ? 2 : 1;
+    const int mt = menv && (menv[0] == '1' || menv[0] == '2') ? menv[0] - '0' : (nb <= 64 && N > 4096) || ((N + 255) / 256) * mblocks >= sms ? 2 : 1;
     int64_t smax = p.chunks / 4;
     if (smax > K / (4 * M)) smax = K / (4 * M);
     if (smax > (16LL << 20) / (4 * M * N)) smax = (16LL << 20) / (4 * M * N);

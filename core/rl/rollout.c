@@ -80,7 +80,7 @@ fp4rl_status fp4rl_rollout_linear(fp4rl_model *m, fp4rl_arena *a, const fp4rl_li
  * bytes and unit scales, linear_forward_w4 multiplies them by the packed weight (about 28% of the
  * BF16 weight's bytes, which bound a decode step). The same products, summed in another order.
  * W4B (issue 16, plan_w4b): where the weights are HiF4 or MXFP4 (any activation numerics of the
- * fused path), a decode GEMM whose operand has at most W4B_MAX_ROWS rows keeps the BF16 operand and reads
+ * fused path), a decode GEMM whose operand has at most w4b_rows() rows keeps the BF16 operand and reads
  * the packed weight (linear_forward_w4b: its values dequantized to their exact BF16 in registers,
  * the BF16 tensor cores; the products of the BF16 GEMM over wb, summed in another order).
  * Larger forwards (prefill) keep the BF16 GEMM; the head's weights are BF16 (its spec) and so is
@@ -92,6 +92,7 @@ typedef struct fast_plan {
     int resq; /* FP4RL_RESQ_OFF / _DENSE / _2_4 */
     int w4;   /* W4A4 decode GEMMs (plan_w4): the packed weights are kept too */
     int w4b;  /* decode GEMMs on the BF16 operand and the packed weight (plan_w4b); kept too */
+    int w4b_rows; /* ... for operands of at most this many rows (w4b_rows) */
     /* ResQ: q/k/v's and gate/up's consumers read the GEMM's two halves (fast_gemm_halves) instead
      * of add_halves' sum. On unless FP4RL_RESQ_HALVES=0 (the HiF4 + ResQ rollout ~3.5% faster on an H100). */
     int halves_direct;
@@ -148,14 +149,10 @@ static const void *opnd_buf(const fast_opnd *o) { return o->a8 ? (const void *)o
 /* Whether a fused linear over N rows takes the W4A4 operand (decode steps: few enough rows). */
 static int fast_w4(const fast_plan *f, int64_t N) { return f->w4 && fast_halves(f) * N <= FP4RL_W4_MAX_ROWS; }
 
-/* The W4B path's GEMM rows at most: decode steps (ResQ's 2N of up to 512 sequences), not prefills,
- * whose tensor-core GEMMs on wb are compute-bound and faster. */
-/* W4B pays where the GEMM is bound by the weight's bytes: on an H100 (session 20, two runs) the
- * re-laid-out HiF4 kernel ran 1.04-1.85x cuBLASLt BF16 at 1 row at the 3B shapes, 0.55-1.51x at 16,
- * below 1x from 64 rows but for gate+up; so operands of at most 32 rows (ResQ's 2N: 16 sequences). */
-enum { W4B_MAX_ROWS = 32 };
-/* Whether a fused linear over N rows multiplies its BF16 operand by the packed weight. */
-static int fast_w4b(const fast_plan *f, int64_t N) { return f->w4b && !fast_w4(f, N) && fast_halves(f) * N <= W4B_MAX_ROWS; }
+/* Whether a fused linear over N rows multiplies its BF16 operand by the packed weight: decode steps
+ * whose operand (ResQ's 2N) has at most f->w4b_rows rows, not prefills, whose tensor-core GEMMs on
+ * wb are compute-bound and faster. */
+static int fast_w4b(const fast_plan *f, int64_t N) { return f->w4b && !fast_w4(f, N) && fast_halves(f) * N <= f->w4b_rows; }
 
 /* The fused activation operand of x [N, K] (fast_halves(f) * N rows): the W4A4 one where f->w4 and
  * the rows are few enough (decode steps), else BF16; both pointers NULL on failure (a->st). */
@@ -366,16 +363,31 @@ static int plan_w4(const engine *e, const fp4rl_linear_spec *s, const fast_plan 
     return (int)s->fmt[FP4RL_ROLE_WEIGHT] == f->fmt && packed_weights_ok(e, s, lins, fp4rl_qdq_block_size(f->fmt));
 }
 
-/* Whether plan f takes the W4B decode GEMMs: FP4RL_ROLLOUT_W4B=1 turns it on, on either backend
- * (opt-in until it measures faster: bench/pending), where W4A4 does not; the fused plan (any
- * activation numerics) with the weights packable (packed_weights_ok), every linear's K a multiple
- * of 64. The backend's own gate (linear_w4b_ok) is asked once the weights exist. */
+/* Whether plan f takes the W4B decode GEMMs, where W4A4 does not: the fused plan (any activation
+ * numerics) with the weights packable (packed_weights_ok), every linear's K a multiple of 64. On by
+ * default on a GPU, where the weights are re-laid out for the kernel and it measured faster (the 3B
+ * HiF4 + ResQ rollout at 2 x 8 on an H100, session 21: 3,942 tok/s with it, 3,372 without, BF16
+ * 3,587); FP4RL_ROLLOUT_W4B=0 turns it off, =1 on, on either backend (the CPU's op dequantizes at
+ * every call: slower than its BF16 copy, so off there by default). The backend's own gate
+ * (linear_w4b_ok) is asked once the weights exist. */
 static int plan_w4b(const engine *e, const fp4rl_linear_spec *s, const fast_plan *f, unsigned lins)
 {
     fp4rl_model *m = e->m;
     const char *env = getenv("FP4RL_ROLLOUT_W4B");
-    if (!(env && env[0] == '1') || !f->on || f->w4 || !m->ops->linear_forward_w4b || !m->ops->linear_w4b_ok) return 0;
+    const int on = env && (env[0] == '0' || env[0] == '1') ? env[0] == '1' : m->ctx->device != FP4RL_DEVICE_CPU;
+    if (!on || !f->on || f->w4 || !m->ops->linear_forward_w4b || !m->ops->linear_w4b_ok) return 0;
     return packed_weights_ok(e, s, lins, 64);
+}
+/* The W4B GEMMs' operand rows at most (FP4RL_ROLLOUT_W4B_ROWS=n overrides, read at each rollout). W4B
+ * pays where the GEMM is bound by the weight's bytes: on an H100 (session 21, fp4rl_bench w4b) the
+ * re-laid-out HiF4 kernel ran 0.96-1.99x cuBLASLt BF16 at 1 to 32 rows at the 8192^2 and 3B shapes,
+ * 0.76-1.54x at 64, 1.04-1.23x at 128, 0.52-1.15x at 256 (ResQ's 2N at 128 sequences); the rollout
+ * at 32 rows (ResQ: 16 sequences) measured faster with it. */
+static int w4b_rows(void)
+{
+    const char *env = getenv("FP4RL_ROLLOUT_W4B_ROWS");
+    const long v = env ? strtol(env, NULL, 10) : 0;
+    return v > 0 && v <= (1L << 30) ? (int)v : 32;
 }
 
 /* The packed weight of layer l's linear r (r its group's first) for the W4A4 path into e->wt: the
@@ -433,6 +445,7 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
         e->f_blk.w4 = plan_w4(e, &e->s_blk, &e->f_blk, e->share_qkv ? REST : V | REST);
         e->f_qk.w4b = plan_w4b(e, &e->s_qk, &e->f_qk, e->share_qkv ? Q | V : Q);
         e->f_blk.w4b = plan_w4b(e, &e->s_blk, &e->f_blk, e->share_qkv ? REST : V | REST);
+        e->f_qk.w4b_rows = e->f_blk.w4b_rows = w4b_rows();
         /* one q | k | v tensor: v's weight must be quantized as q's and k's */
         if (e->share_qkv && (e->s_blk.mode[W] != e->s_qk.mode[W] || e->s_blk.fmt[W] != e->s_qk.fmt[W])) e->f_qk.w4 = e->f_qk.w4b = 0;
     }
