@@ -654,7 +654,7 @@ START_TEST(test_rollout_w4_equals_fused)
 END_TEST
 
 /* The rollout with FP4RL_ROLLOUT_W4B=1 (decode GEMMs of at most 32 operand rows, here every decode step's, on
- * the packed weights) and =0: on the CPU linear_forward_w4b is the BF16 GEMM over the same BF16
+ * the packed weights) and =0 (and unset: off on the CPU): on the CPU linear_forward_w4b is the BF16 GEMM over the same BF16
  * weight words, so the tokens and log mu are the same bit for bit; weights HiF4 / MXFP4 (1D and
  * tiles) with FP4 or BF16 activations, ResQ off / dense / 2:4; swiglu_act on with 2:4 too. */
 static void w4b_pair(fp4rl_dtype fmt, fp4rl_numerics numerics, fp4rl_resq resq, int tile)
@@ -671,6 +671,10 @@ static void w4b_pair(fp4rl_dtype fmt, fp4rl_numerics numerics, fp4rl_resq resq, 
            (long long)ra.w4b_linears, (long long)ra.fused_linears);
     ck_assert_int_eq(ra.w4b_linears, 2 * 7);
     ck_assert_int_eq(rb.w4b_linears, 0);
+    fp4rl_rollout_result rd; /* unset: off on the CPU (its op dequantizes at every call), on on a GPU */
+    OK(fp4rl_rollout_run(m, &cfg, prompts, off, 2, &rd));
+    ck_assert_int_eq(rd.w4b_linears, 0);
+    fp4rl_rollout_result_free(&rd);
     ck_assert_int_eq(ra.n_seqs, rb.n_seqs);
     ck_assert(ra.act_zero_frac == rb.act_zero_frac);
     ck_assert(!memcmp(ra.tokens, rb.tokens, (size_t)(ra.n_seqs * cfg.max_new) * sizeof(int32_t)));
