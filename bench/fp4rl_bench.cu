@@ -590,7 +590,7 @@ static void w4b_sweep(double l2)
                             {"3B gate+up", 22016, 2048}, {"3B down", 2048, 11008}};
     const int64_t Ms[] = {1, 16, 32, 64};
     const int sl[] = {1, 2, 4, 8, 16, 32};
-    printf("\n## W4B grid sweep: HiF4 re-laid out, us (mt = m64 tiles a warpgroup, s = K slices, r = the split-K sum by wb_reduce); "
+    printf("\n## W4B grid sweep: HiF4 re-laid out, us (mt = m64 tiles a warpgroup, s = K slices, r = the split-K sum: 0 the last CTA, 1 wb_reduce, 2 a cluster); "
            "auto = the library's choice\n\n| shape | M | BF16 us | auto us | best | best us | auto / best | all (mt s r: us) |\n|---|---|---|---|---|---|---|---|\n");
     for (const Shape &sh : shapes) {
         const int64_t N = sh.N, K = sh.K;
@@ -617,9 +617,9 @@ static void w4b_sweep(double l2)
             char bestc[32] = "";
             for (int mt = 1; mt <= 2; mt++)
                 for (int si : sl)
-                    for (int r = 0; r < (si > 1 ? 2 : 1); r++) {
+                    for (int r = 0; r < (si > 1 ? si <= 8 ? 3 : 2 : 1); r++) { /* r 2: the cluster sum, at most 8 slices */
                         setenv("FP4RL_W4B_MT", mt == 1 ? "1" : "2", 1);
-                        setenv("FP4RL_W4B_REDUCE", r ? "1" : "0", 1);
+                        setenv("FP4RL_W4B_REDUCE", r == 2 ? "2" : r ? "1" : "0", 1);
                         const double t = run(si);
                         char b[48];
                         snprintf(b, sizeof b, "%d %d %d: %.1f; ", mt, si, r, t * 1e3);

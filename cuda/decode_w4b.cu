@@ -20,6 +20,7 @@
  * (format/w4b_layout.h: a thread's codes of a chunk in one 16-byte word, one LOP3 + one FMA or
  * multiply a register); same ring, MMAs and epilogue (wb_store), same bits.
  */
+#include <cooperative_groups.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,10 +34,20 @@
 
 namespace {
 using namespace fp4rl_cuda_mma;
+namespace cg = cooperative_groups;
 
 constexpr int KC = 64;      /* k a chunk (ring stage): one HiF4 unit, two MXFP4 units */
 constexpr int THREADS = 256; /* two warpgroups */
 enum { FP_HIF4, FP_MX, FP_NV }; /* wp_kernel's formats (the re-layouts of format/w4b_layout.h) */
+/* Split-K's sum of the slices' FP32 partials, always in slice order from 0 (the same bits): by the
+ * tile's last CTA (a counter), by wb_reduce (a second kernel over the device), or by the tile's
+ * slices as one thread-block cluster, each adding a range of the outputs from every rank's shared
+ * memory (no workspace, no second launch; at most 8 slices, NB <= 64; opt-in, FP4RL_W4B_REDUCE=2). */
+enum { RED_LAST, RED_APART, RED_CLUSTER };
+constexpr int RED_PAD = 4; /* the cluster sum's row stride ROWS + 4 floats: lanes t of a warp in distinct banks */
+/* Whether the ring's shared memory holds the CTA's partials [NB][ROWS + RED_PAD]. */
+template <class S, int NB>
+__host__ __device__ constexpr bool red_fits() { return S::STAGES * S::BYTES >= NB * (S::TILES_ROWS + RED_PAD) * 4; }
 
 struct WB {
     const uint16_t *x;
@@ -50,7 +61,7 @@ struct WB {
     int64_t row_bytes, scale_cols;
     int tile; /* MXFP4: 0 (1D) or 32 (2D tiles) */
     int slices, chunks_per_slice, chunks;
-    int reduce_apart; /* split-K: the partials summed by wb_reduce, a kernel of its own (else by the tile's last CTA) */
+    int reduce; /* split-K's sum: RED_LAST, RED_APART or RED_CLUSTER (wb_store) */
     int tiles;      /* the HiF4 re-layout (wp_kernel): 64-row tiles */
     uint32_t magic; /* wp_kernel: FP4RL_W4B_MAGIC, a parameter so that one LOP3 a register
                      * ORs it in (two immediates would take two) */
@@ -64,7 +75,7 @@ struct WB {
  * flight (Little's law at ~3 TB/s wants ~20 KB a multiprocessor), 4 for NB = 128 (26 KB a stage). */
 template <int MT, int NB>
 struct Stage {
-    static constexpr int ROWS = 2 * MT * 64;
+    static constexpr int ROWS = 2 * MT * 64, TILES_ROWS = ROWS;
     static constexpr int A = 0, W = A + NB * 128, WS = W + ROWS * 32; /* A = 0: XCopies' offsets */
     static constexpr int BYTES = (WS + ROWS * 8 + 1023) / 1024 * 1024;
     static constexpr int STAGES = NB <= 64 ? 8 : 4;
@@ -75,7 +86,7 @@ struct Stage {
  * (2048 bytes each) and words (256 bytes each), both copied as 16-byte pieces. */
 template <int MT, int NB>
 struct PStage {
-    static constexpr int TILES = 2 * MT;
+    static constexpr int TILES = 2 * MT, TILES_ROWS = TILES * 64;
     static constexpr int A = 0, W = A + NB * 128, WS = W + TILES * 2048; /* A = 0: XCopies' offsets */
     static constexpr int BYTES = (WS + TILES * 256 + 1023) / 1024 * 1024;
     static constexpr int STAGES = NB <= 64 ? 8 : 4;
@@ -360,10 +371,11 @@ struct PCopies {
 };
 
 /* The end of both kernels, after their last chunk: acc[mt][4 j + e] is C[m0 + 8 j + 2 t + (e & 1)][n0 + rl0 + 64 mt +
- * 8 (e >> 1)]. One slice: C (+ bias) directly; split-K: the slice's partials to the workspace, and
- * the CTA that finishes a tile last (a counter) adds the slices in slice order (+ bias). */
-template <int MT, int NB>
-__device__ __forceinline__ void wb_store(const WB &p, float (&acc)[MT][NB / 2], int n0, int rl0, int m0, int t, int tid, int rb, int slice)
+ * 8 (e >> 1)]. One slice: C (+ bias) directly; split-K: the sum by p.reduce (RED_*). red: the ring's
+ * shared memory (SMEM_OK: it holds the CTA's partials, the cluster sum's condition). */
+template <int MT, int NB, bool SMEM_OK>
+__device__ __forceinline__ void wb_store(const WB &p, float (&acc)[MT][NB / 2], int n0, int rl0, int m0, int t, int tid, int rb, int slice,
+                                         float *red)
 {
     using S = Stage<MT, NB>;
     constexpr int NR = NB / 2;
@@ -372,6 +384,34 @@ __device__ __forceinline__ void wb_store(const WB &p, float (&acc)[MT][NB / 2], 
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) wg_fence_regs(acc[mt]);
     cp_async_wait<0>();
+    if constexpr (SMEM_OK) {
+        if (p.slices > 1 && p.reduce == RED_CLUSTER) { /* launched as clusters of p.slices CTAs, rank = slice */
+            constexpr int LD = S::ROWS + RED_PAD;
+            __syncthreads(); /* every warp is done with the ring */
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int i = 0; i < NR; i++) red[(8 * (i >> 2) + 2 * t + (i & 1)) * LD + rl0 + 64 * mt + 8 * ((i & 3) >> 1)] = acc[mt][i];
+            cg::cluster_group cl = cg::this_cluster();
+            cl.sync();
+            const float *parts[8];
+#pragma unroll
+            for (int q = 0; q < 8; q++) parts[q] = q < p.slices ? cl.map_shared_rank(red, q) : red;
+            const int E = min(NB, p.M - m0) * S::ROWS, e0 = E * slice / p.slices, e1 = E * (slice + 1) / p.slices;
+            for (int e = e0 + tid; e < e1; e += THREADS) {
+                const int m = e / S::ROWS, nl = e - m * S::ROWS, n = n0 + nl;
+                if (n >= p.N) continue;
+                float sum = 0.0f;
+#pragma unroll
+                for (int q = 0; q < 8; q++)
+                    if (q < p.slices) sum = __fadd_rn(sum, parts[q][m * LD + nl]);
+                p.c[(int64_t)(m0 + m) * p.ldc + n] = wb_out(sum, p.alpha, p.bias, n);
+            }
+            cl.sync(); /* no CTA leaves while another still reads its shared memory */
+            return;
+        }
+    }
+    (void)red;
     if (p.slices == 1) {
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
@@ -389,7 +429,7 @@ __device__ __forceinline__ void wb_store(const WB &p, float (&acc)[MT][NB / 2], 
             const int n = n0 + rl0 + 64 * mt + 8 * ((i & 3) >> 1), m = m0 + 8 * (i >> 2) + 2 * t + (i & 1);
             if (m < p.M && n < p.N) p.ws[((int64_t)slice * p.M + m) * p.N + n] = acc[mt][i];
         }
-    if (p.reduce_apart) return; /* wb_reduce, launched next, sums them */
+    if (p.reduce == RED_APART) return; /* wb_reduce, launched next, sums them */
     __threadfence();
     __syncthreads();
     const int ctr = rb * gridDim.y + blockIdx.y;
@@ -537,7 +577,7 @@ __global__ void __launch_bounds__(THREADS, 1) wb_kernel(WB p)
             wg_wait1(); /* the step before this one retired: its A registers and stage reads are free */
         }
     }
-    wb_store<MT, NB>(p, acc, n0, rl0, m0, t, tid, rb, slice);
+    wb_store<MT, NB, red_fits<S, NB>()>(p, acc, n0, rl0, m0, t, tid, rb, slice, reinterpret_cast<float *>(wb_smem_raw + (sbase - raw)));
 #else
     (void)p;
     __trap(); /* launched only where fp4rl_cuda_has_sm90a says this build has the kernel */
@@ -643,14 +683,14 @@ __global__ void __launch_bounds__(THREADS, 1) wp_kernel(WB p)
             wg_wait1();
         }
     }
-    wb_store<MT, NB>(p, acc, n0, rl0, m0, t, tid, rb, slice);
+    wb_store<MT, NB, red_fits<S, NB>()>(p, acc, n0, rl0, m0, t, tid, rb, slice, reinterpret_cast<float *>(wp_smem_raw + (sbase - raw)));
 #else
     (void)p;
     __trap(); /* launched only where fp4rl_cuda_has_sm90a says this build has the kernel */
 #endif
 }
 
-/* The split-K sum where the partials are many (wb_store with reduce_apart): one thread an output,
+/* The split-K sum where the partials are many (wb_store with RED_APART): one thread an output,
  * over every multiprocessor, the slices added in slice order (wb_store's order: the same bits).
  * The tile's last CTA alone took ~25 us for 8 slices of 256 x 64 outputs (2048 x 2048 at M = 64,
  * session 21, H100): one multiprocessor's loads, against ~1 us here plus a launch. */
@@ -687,39 +727,64 @@ cudaError_t k_prepare(Kern kern, int smem, int *cached, int *occ)
     *occ = *cached;
     return cudaSuccess;
 }
-/* k_prepare (grid 0) or the launch, for the tile (MT, NB) and the layout: L 0 HiF4 as stored, 1
- * MXFP4 as stored (wb_kernel), 2 HiF4, 3 MXFP4, 4 NVFP4 re-laid out (wp_kernel). */
+/* Layouts L: 0 HiF4 as stored, 1 MXFP4 as stored (wb_kernel), 2 HiF4, 3 MXFP4, 4 NVFP4 re-laid
+ * out (wp_kernel). */
+/* The launch: split-K's slices of a tile as one thread-block cluster where they sum in shared memory. */
+template <class Kern>
+cudaError_t k_launch(Kern kern, const WB &p, dim3 grid, int smem, cudaStream_t s)
+{
+    if (p.slices == 1 || p.reduce != RED_CLUSTER) return kern<<<grid, THREADS, smem, s>>>(p), cudaSuccess;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(THREADS);
+    cfg.dynamicSmemBytes = (size_t)smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)p.slices; /* grid.x = row blocks x slices: a cluster is one tile's slices */
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kern, p);
+}
+/* k_prepare (grid 0: *occ, and *red_ok whether the ring holds the cluster sum's partials) or the
+ * launch, for the tile (MT, NB) and the layout L. */
 template <int MT, int NB, int L>
-cudaError_t k_run(const WB &p, dim3 grid, cudaStream_t s, int *occ)
+cudaError_t k_run(const WB &p, dim3 grid, cudaStream_t s, int *occ, int *red_ok)
 {
     static int cached = 0; /* per instantiation */
     if constexpr (L >= 2) {
         constexpr int F = L == 2 ? FP_HIF4 : L == 3 ? FP_MX : FP_NV;
-        if (grid.x) return wp_kernel<MT, NB, F><<<grid, THREADS, PStage<MT, NB>::SMEM, s>>>(p), cudaSuccess;
-        return k_prepare(wp_kernel<MT, NB, F>, PStage<MT, NB>::SMEM, &cached, occ);
+        using S = PStage<MT, NB>;
+        if (grid.x) return k_launch(wp_kernel<MT, NB, F>, p, grid, S::SMEM, s);
+        *red_ok = red_fits<S, NB>();
+        return k_prepare(wp_kernel<MT, NB, F>, S::SMEM, &cached, occ);
     } else {
-        if (grid.x) return wb_kernel<MT, NB, L == 0><<<grid, THREADS, Stage<MT, NB>::SMEM, s>>>(p), cudaSuccess;
-        return k_prepare(wb_kernel<MT, NB, L == 0>, Stage<MT, NB>::SMEM, &cached, occ);
+        using S = Stage<MT, NB>;
+        if (grid.x) return k_launch(wb_kernel<MT, NB, L == 0>, p, grid, S::SMEM, s);
+        *red_ok = red_fits<S, NB>();
+        return k_prepare(wb_kernel<MT, NB, L == 0>, S::SMEM, &cached, occ);
     }
 }
 template <int MT, int L>
-cudaError_t k_dispatch_nb(const WB &p, int nb, dim3 grid, cudaStream_t s, int *occ)
+cudaError_t k_dispatch_nb(const WB &p, int nb, dim3 grid, cudaStream_t s, int *occ, int *red_ok)
 {
-    if (nb == 32) return k_run<MT, 32, L>(p, grid, s, occ);
-    if (nb == 64) return k_run<MT, 64, L>(p, grid, s, occ);
-    return k_run<MT, 128, L>(p, grid, s, occ);
+    if (nb == 32) return k_run<MT, 32, L>(p, grid, s, occ, red_ok);
+    if (nb == 64) return k_run<MT, 64, L>(p, grid, s, occ, red_ok);
+    return k_run<MT, 128, L>(p, grid, s, occ, red_ok);
 }
 template <int MT>
-cudaError_t k_dispatch_l(const WB &p, int layout, int nb, dim3 grid, cudaStream_t s, int *occ)
+cudaError_t k_dispatch_l(const WB &p, int layout, int nb, dim3 grid, cudaStream_t s, int *occ, int *red_ok)
 {
-    if (layout == 4) return k_dispatch_nb<MT, 4>(p, nb, grid, s, occ);
-    if (layout == 3) return k_dispatch_nb<MT, 3>(p, nb, grid, s, occ);
-    if (layout == 2) return k_dispatch_nb<MT, 2>(p, nb, grid, s, occ);
-    return layout ? k_dispatch_nb<MT, 1>(p, nb, grid, s, occ) : k_dispatch_nb<MT, 0>(p, nb, grid, s, occ);
+    if (layout == 4) return k_dispatch_nb<MT, 4>(p, nb, grid, s, occ, red_ok);
+    if (layout == 3) return k_dispatch_nb<MT, 3>(p, nb, grid, s, occ, red_ok);
+    if (layout == 2) return k_dispatch_nb<MT, 2>(p, nb, grid, s, occ, red_ok);
+    return layout ? k_dispatch_nb<MT, 1>(p, nb, grid, s, occ, red_ok) : k_dispatch_nb<MT, 0>(p, nb, grid, s, occ, red_ok);
 }
-cudaError_t wb_dispatch(const WB &p, int mt, int nb, int layout, dim3 grid, cudaStream_t s, int *occ)
+cudaError_t wb_dispatch(const WB &p, int mt, int nb, int layout, dim3 grid, cudaStream_t s, int *occ, int *red_ok)
 {
-    return mt == 2 ? k_dispatch_l<2>(p, layout, nb, grid, s, occ) : k_dispatch_l<1>(p, layout, nb, grid, s, occ);
+    return mt == 2 ? k_dispatch_l<2>(p, layout, nb, grid, s, occ, red_ok) : k_dispatch_l<1>(p, layout, nb, grid, s, occ, red_ok);
 }
 
 /* ---- the re-layout (fp4rl_cuda_w4b_pack, format/w4b_layout.h), one thread an output word ---- */
@@ -837,8 +902,8 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
     if (smax > (16LL << 20) / (4 * M * N)) smax = (16LL << 20) / (4 * M * N);
     if (smax > 16) smax = 16;
     if (smax < 1) smax = 1;
-    int occ = 1;
-    cudaError_t e = wb_dispatch(p, mt, nb, layout, dim3(0, 0), cu->stream, &occ);
+    int occ = 1, red_ok = 0;
+    cudaError_t e = wb_dispatch(p, mt, nb, layout, dim3(0, 0), cu->stream, &occ, &red_ok);
     if (e != cudaSuccess) return fp4rl_cuda_fail(ctx, e, "w4b_gemm: shared memory attribute");
     const int rows = 128 * mt;
     const int64_t rblocks = (N + rows - 1) / rows;
@@ -849,27 +914,31 @@ fp4rl_status fp4rl_cuda_w4b_gemm(fp4rl_context *ctx, float *c, int64_t ldc, cons
         want = (int)(fit < smax ? fit : smax);
     }
     if (want < 1) want = 1;
+    /* Split-K's sum (RED_*): by the tile's last CTA while a tile's outputs are one pass of its
+     * threads (M <= 4 at 256 rows: no second launch), else by wb_reduce over the whole device.
+     * FP4RL_W4B_REDUCE=0 / 1 forces the one or the other, =2 the cluster sum (opt-in, not yet run
+     * on a GPU; at most 8 slices, where the ring holds the partials; else wb_reduce). A tuning
+     * knob, read at every call. */
+    const char *renv = getenv("FP4RL_W4B_REDUCE");
+    p.reduce = renv && renv[0] >= '0' && renv[0] <= '2' ? renv[0] - '0' : (M < nb ? M : nb) * rows > 4 * THREADS ? RED_APART : RED_LAST;
+    if (p.reduce == RED_CLUSTER && !red_ok) p.reduce = RED_APART;
+    if (p.reduce == RED_CLUSTER && want > 8) want = 8; /* the portable cluster size */
     if (want > p.chunks) want = p.chunks;
     p.chunks_per_slice = (p.chunks + want - 1) / want;
     p.slices = (p.chunks + p.chunks_per_slice - 1) / p.chunks_per_slice;
     if (rblocks * p.slices >= (1LL << 31)) return fp4rl_fail(FP4RL_ERR_UNSUPPORTED, "w4b_gemm: N = %lld too large", (long long)N);
     p.ws = NULL;
     p.counters = cu->counters;
-    /* Split-K's sum: by the tile's last CTA while a tile's outputs are one pass of its threads (M <= 4
-     * at 256 rows: no second launch), else by wb_reduce over the whole device. FP4RL_W4B_REDUCE=0 / 1
-     * forces the one or the other (a tuning knob, read at every call). */
-    const char *renv = getenv("FP4RL_W4B_REDUCE");
-    p.reduce_apart = renv && (renv[0] == '0' || renv[0] == '1') ? renv[0] == '1' : (M < nb ? M : nb) * rows > 4 * THREADS;
     void *ws = NULL;
-    if (p.slices > 1) {
-        if (!p.reduce_apart) st = fp4rl_cuda_split_counters(ctx, (size_t)(rblocks * mblocks), &p.counters);
+    if (p.slices > 1 && p.reduce != RED_CLUSTER) {
+        if (p.reduce == RED_LAST) st = fp4rl_cuda_split_counters(ctx, (size_t)(rblocks * mblocks), &p.counters);
         if (!st) st = fp4rl_cuda_alloc_bytes(ctx, &ws, (size_t)p.slices * (size_t)M * (size_t)N * sizeof(float));
         if (st) return st;
         p.ws = static_cast<float *>(ws);
     }
     const dim3 grid((unsigned)(rblocks * p.slices), (unsigned)mblocks);
-    e = wb_dispatch(p, mt, nb, layout, grid, cu->stream, &occ);
-    if (e == cudaSuccess && p.slices > 1 && p.reduce_apart) {
+    e = wb_dispatch(p, mt, nb, layout, grid, cu->stream, &occ, &red_ok);
+    if (e == cudaSuccess && p.slices > 1 && p.reduce == RED_APART) {
         const int64_t MN = M * N;
         wb_reduce<<<(unsigned)((MN + 255) / 256), 256, 0, cu->stream>>>(p.ws, p.slices, MN, p.N, c, p.ldc, p.alpha, bias);
         e = cudaGetLastError();

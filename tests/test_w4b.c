@@ -9,7 +9,7 @@
  *     exact products, |c - exact| <= (K + 2 + slices) 2^-24 S (S = sum |x w|), with and without
  *     bias; M from 1 to 300 (every activation tile, ragged), N ragged and the 3B shapes, the
  *     default split and forced ones; two runs memcmp-equal (deterministic; with a forced split, the
- *     sum by the tiles' last CTAs and by wb_reduce);
+ *     sum by the tiles' last CTAs, by wb_reduce and in a thread-block cluster, FP4RL_W4B_REDUCE=2);
  * (c) bad arguments refused with an error;
  * (d) fp4rl_cuda_w4b_pack (HiF4, and MXFP4 with scale codes <= 128, re-laid out for wp_kernel): the
  *     GEMM's results bit for bit those of the weight as stored, and (a), (b) run on re-laid-out
@@ -171,16 +171,25 @@ static void gemm_case(size_t f, int64_t N, int64_t K, const int64_t *ms, size_t 
         for (int mode = 0; mode < 3; mode++) { /* 0: default split, no bias; 1: default, bias; 2: forced split, bias */
             const int sl = mode == 2 ? slices : 0;
             const float *b = mode ? dbias : NULL;
-            /* mode 2: the split-K sum by the tiles' last CTAs, then by wb_reduce: the same order, the same bits */
+            /* mode 2: the split-K sum by the tiles' last CTAs, by wb_reduce and (opt-in) in a
+             * thread-block cluster: the same order, the same bits */
             if (mode == 2) setenv("FP4RL_W4B_REDUCE", "0", 1);
             OKG(fp4rl_cuda_w4b_gemm(gpu, dc, ldc, dx, M, q, b, sl));
             if (mode == 2) setenv("FP4RL_W4B_REDUCE", "1", 1);
             OKG(fp4rl_cuda_w4b_gemm(gpu, dc2, ldc, dx, M, q, b, sl));
-            unsetenv("FP4RL_W4B_REDUCE");
             float *c = host(dc, (size_t)(M * ldc) * 4), *c2 = host(dc2, (size_t)(M * ldc) * 4);
-            for (int64_t m = 0; m < M; m++)
-                ck_assert_msg(!memcmp(c + m * ldc, c2 + m * ldc, (size_t)N * 4), "%s %lldx%lldx%lld mode %d: two runs differ", FMTS[f].name, (long long)M,
-                              (long long)N, (long long)K, mode);
+            for (int run = 0; run < (mode == 2 ? 2 : 1); run++) {
+                for (int64_t m = 0; m < M; m++)
+                    ck_assert_msg(!memcmp(c + m * ldc, c2 + m * ldc, (size_t)N * 4), "%s %lldx%lldx%lld mode %d%s: two runs differ", FMTS[f].name,
+                                  (long long)M, (long long)N, (long long)K, mode, run ? " (cluster sum)" : "");
+                if (mode == 2 && run == 0) {
+                    setenv("FP4RL_W4B_REDUCE", "2", 1);
+                    OKG(fp4rl_cuda_w4b_gemm(gpu, dc2, ldc, dx, M, q, b, sl));
+                    free(c2);
+                    c2 = host(dc2, (size_t)(M * ldc) * 4);
+                }
+            }
+            unsetenv("FP4RL_W4B_REDUCE");
             const int all = M * N <= 30000;
             const int64_t samples = all ? M * N : 3000;
             const double rel = (double)(K + 2 + (sl ? sl : 16)) * 0x1p-24;
