@@ -12,6 +12,8 @@
 #   (sweep: fp4rl_bench w4bsweep, the grid choices at the decode shapes; mid: the 3B rollouts at 8 x 8,
 #   W4B up to 128 / 64 operand rows, off, BF16)
 #   (budget: seconds after which no new step starts; small: the 3B rollouts at 2 x 8, where W4B runs)
+# Since session 21 W4B is on by default on GPUs (FP4RL_ROLLOUT_W4B=0 turns it off). The call session 22
+# should make first: LOGDIR=$OUT bash bench/device_w4b.sh pkg=.devrun-b budget=300 steps=test,tests,small,mid,sweep,bench
 set -uo pipefail
 pkg=.devrun-b budget=420 steps=test,bench,ncu,memcheck,roll,tests,ab
 for a in "$@"; do
