@@ -415,6 +415,41 @@ static fp4rl_status w4_weight(engine *e, int64_t l, int r)
     return st;
 }
 
+/* W4A4, W4B: the packed weights too, a tensor a fused group, made after everything else the rollout
+ * holds. W4B is a speed-up that yields to memory (its weights are ~28% of wb's bytes on top of
+ * them): where they do not fit, it is dropped and the rollout runs the BF16 GEMMs on wb as without
+ * it (on by default on GPUs, it must never make a rollout that fits without it fail). W4A4
+ * (opt-in) fails instead. */
+static fp4rl_status engine_packed(engine *e, int64_t L)
+{
+    fp4rl_model *m = e->m;
+    fp4rl_context *ctx = m->ctx;
+    fp4rl_status st = FP4RL_OK;
+    for (int64_t l = 0; l < L && !st; l++)
+        for (int r = 0; r < FP4RL_LIN_COUNT && !st; r++)
+            if (fused_first(e, r) == r && (plan_of(e, r)->w4 || plan_of(e, r)->w4b)) st = w4_weight(e, l, r);
+    /* W4B: the backend's gate on the weights as stored (CUDA: an sm_90a build on compute capability
+     * 9.0); where it refuses, the BF16 GEMM on wb as without it */
+    for (int r = 0; r < FP4RL_LIN_COUNT && !st && L > 0; r++) {
+        fast_plan *f = (fast_plan *)plan_of(e, r);
+        if (f->w4b && fused_first(e, r) == r && m->ops->linear_w4b_ok(ctx, e->wt[r]) != FP4RL_OK) f->w4b = 0;
+    }
+    /* and its layout (CUDA: HiF4, and MXFP4 whose scales allow it, in the A fragments' order, one
+     * 16-byte load a thread a chunk), once per rollout; the same results bit for bit */
+    for (int64_t l = 0; l < L && !st; l++)
+        for (int r = 0; r < FP4RL_LIN_COUNT && !st; r++)
+            if (plan_of(e, r)->w4b && fused_first(e, r) == r) st = m->ops->linear_w4b_pack(ctx, e->wt[l * FP4RL_LIN_COUNT + r]);
+    if (st == FP4RL_ERR_OUT_OF_MEMORY && !e->f_qk.w4 && !e->f_blk.w4) {
+        for (int64_t i = 0; i < L * FP4RL_LIN_COUNT; i++) {
+            fp4rl_tensor_destroy(e->wt[i]);
+            e->wt[i] = NULL;
+        }
+        e->f_qk.w4b = e->f_blk.w4b = 0;
+        st = FP4RL_OK;
+    }
+    return st;
+}
+
 /* Step 1: the plans and the schedule, the rollout copy of every weight, the counters and the
  * caches for B sequences of prompts of prompt_rows tokens in all (max_keys = max prompt + max_new,
  * cap = max_new - 1 rows a completion). */
@@ -495,20 +530,6 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
             }
             if (f->on) fp4rl_arena_free(&tmp);
         }
-    for (int64_t l = 0; l < L && !st; l++) /* W4A4, W4B: the packed weights too, a tensor a fused group */
-        for (int r = 0; r < FP4RL_LIN_COUNT && !st; r++)
-            if (fused_first(e, r) == r && (plan_of(e, r)->w4 || plan_of(e, r)->w4b)) st = w4_weight(e, l, r);
-    /* W4B: the backend's gate on the weights as stored (CUDA: an sm_90a build on compute capability
-     * 9.0); where it refuses, the BF16 GEMM on wb as without it */
-    for (int r = 0; r < FP4RL_LIN_COUNT && !st && L > 0; r++) {
-        fast_plan *f = (fast_plan *)plan_of(e, r);
-        if (f->w4b && fused_first(e, r) == r && m->ops->linear_w4b_ok(ctx, e->wt[r]) != FP4RL_OK) f->w4b = 0;
-    }
-    /* and its layout (CUDA: HiF4, and MXFP4 whose scales allow it, in the A fragments' order, one
-     * 16-byte load a thread a chunk), once per rollout; the same results bit for bit */
-    for (int64_t l = 0; l < L && !st; l++)
-        for (int r = 0; r < FP4RL_LIN_COUNT && !st; r++)
-            if (plan_of(e, r)->w4b && fused_first(e, r) == r) st = m->ops->linear_w4b_pack(ctx, e->wt[l * FP4RL_LIN_COUNT + r]);
     float *head = fp4rl_model_w(m, fp4rl_model_p_head(m));
     e->whead = head;
     if (!st && e->s_head.mode[FP4RL_ROLE_WEIGHT] != FP4RL_NUMERICS_FP32) {
@@ -541,7 +562,7 @@ static fp4rl_status engine_init(engine *e, fp4rl_model *m, int64_t B, int64_t pr
         e->vc[l] = fp4rl_arena_alloc(keep, kv_rows * KD, elem);
         st = keep->st;
     }
-    return st;
+    return st ? st : engine_packed(e, L);
 }
 
 static void engine_free(engine *e)
