@@ -727,8 +727,6 @@ cudaError_t k_prepare(Kern kern, int smem, int *cached, int *occ)
     *occ = *cached;
     return cudaSuccess;
 }
-/* Layouts L: 0 HiF4 as stored, 1 MXFP4 as stored (wb_kernel), 2 HiF4, 3 MXFP4, 4 NVFP4 re-laid
- * out (wp_kernel). */
 /* The launch: split-K's slices of a tile as one thread-block cluster where they sum in shared memory. */
 template <class Kern>
 cudaError_t k_launch(Kern kern, const WB &p, dim3 grid, int smem, cudaStream_t s)
@@ -749,7 +747,8 @@ cudaError_t k_launch(Kern kern, const WB &p, dim3 grid, int smem, cudaStream_t s
     return cudaLaunchKernelEx(&cfg, kern, p);
 }
 /* k_prepare (grid 0: *occ, and *red_ok whether the ring holds the cluster sum's partials) or the
- * launch, for the tile (MT, NB) and the layout L. */
+ * launch, for the tile (MT, NB) and the layout L: 0 HiF4 as stored, 1 MXFP4 as stored (wb_kernel),
+ * 2 HiF4, 3 MXFP4, 4 NVFP4 re-laid out (wp_kernel). */
 template <int MT, int NB, int L>
 cudaError_t k_run(const WB &p, dim3 grid, cudaStream_t s, int *occ, int *red_ok)
 {
@@ -821,7 +820,7 @@ __global__ void wp_mx_scales_bad(const uint8_t *scales, int64_t n, unsigned *bad
         if (scales[i] > FP4RL_W4B_MX_MAX_SCALE) *bad = 1u;
 }
 
-/* A weight the kernels or the re-layout take (NVFP4: the re-layout only, stored_ok below). */
+/* A weight the kernels or the re-layout take (NVFP4: the re-layout only, wb_layout_ok below). */
 int wb_weight_ok(const fp4rl_tensor *w)
 {
     if (!w || w->ndim != 2 || !w->data || !w->scales) return 0;
