@@ -513,14 +513,16 @@ static void attn_section(double copy_bw)
 }
 
 /* ---- 11. the packed-weight GEMM with BF16 activations (cuda/decode_w4b.h) ---- */
+/* The W4B sections' weights: 8192^2 and the 3B model's fused decode GEMMs. */
+struct W4bShape {
+    const char *name;
+    int64_t N, K;
+};
+static const W4bShape W4B_SHAPES[] = {{"8192 x 8192", 8192, 8192}, {"3B q+k+v", 2560, 2048}, {"3B o", 2048, 2048},
+                                      {"3B gate+up", 22016, 2048}, {"3B down", 2048, 11008}};
+
 static void w4b_section(double copy_bw, double l2)
 {
-    struct Shape {
-        const char *name;
-        int64_t N, K;
-    };
-    const Shape shapes[] = {{"8192 x 8192", 8192, 8192}, {"3B q+k+v", 2560, 2048}, {"3B o", 2048, 2048},
-                            {"3B gate+up", 22016, 2048}, {"3B down", 2048, 11008}};
     const int64_t Ms[] = {1, 16, 64, 128, 256, 512};
     constexpr int NF = 5;
     const fp4rl_dtype fmts[NF] = {FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_HIF4, FP4RL_DTYPE_MXFP4, FP4RL_DTYPE_NVFP4}; /* from 2: re-laid out (fp4rl_cuda_w4b_pack) */
@@ -531,7 +533,7 @@ static void w4b_section(double copy_bw, double l2)
     printf("| shape (N x K) | M | BF16 us | %%copy | TFLOP/s | hif4 us | x | %%copy | TFLOP/s (%%pk) | mxfp4 us | x | %%copy | hif4 packed us | x | "
            "%%copy | mxfp4 packed us | x | %%copy | nvfp4 packed us | x | %%copy |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (const Shape &sh : shapes) {
+    for (const W4bShape &sh : W4B_SHAPES) {
         const int64_t N = sh.N, K = sh.K;
         const double bf_bytes = (double)N * K * 2;
         std::vector<fp4rl_tensor *> wb;
@@ -582,17 +584,11 @@ static void w4b_section(double copy_bw, double l2)
 /* ---- 11b. the W4B grid choices (FP4RL_W4B_MT, slices, FP4RL_W4B_REDUCE) at the decode shapes ---- */
 static void w4b_sweep(double l2)
 {
-    struct Shape {
-        const char *name;
-        int64_t N, K;
-    };
-    const Shape shapes[] = {{"8192 x 8192", 8192, 8192}, {"3B q+k+v", 2560, 2048}, {"3B o", 2048, 2048},
-                            {"3B gate+up", 22016, 2048}, {"3B down", 2048, 11008}};
     const int64_t Ms[] = {1, 16, 32, 64};
     const int sl[] = {1, 2, 4, 8, 16, 32};
     printf("\n## W4B grid sweep: HiF4 re-laid out, us (mt = m64 tiles a warpgroup, s = K slices, r = the split-K sum: 0 the last CTA, 1 wb_reduce, 2 a cluster); "
            "auto = the library's choice\n\n| shape | M | BF16 us | auto us | best | best us | auto / best | all (mt s r: us) |\n|---|---|---|---|---|---|---|---|\n");
-    for (const Shape &sh : shapes) {
+    for (const W4bShape &sh : W4B_SHAPES) {
         const int64_t N = sh.N, K = sh.K;
         std::vector<fp4rl_tensor *> wb, wq;
         for (int i = 0, nb = rotation((double)N * K * 2, l2, 32); i < nb; i++) wb.push_back(random_bf16(N, K, 100 + i));

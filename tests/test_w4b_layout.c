@@ -58,13 +58,16 @@ static fp4rl_tensor *quantize(fp4rl_context *ctx, const float *x, int64_t N, int
     fp4rl_tensor_destroy(src);
     return q;
 }
-/* The re-layout's code words (as the CUDA pack kernel makes them); *n their count. */
-static uint32_t *pack_codes(const fp4rl_tensor *q, int hif4, int64_t *n)
+/* The re-layout's code words of q (HiF4, MXFP4 or NVFP4), as the CUDA pack kernels make them; *n their count. */
+static uint32_t *pack_codes(const fp4rl_tensor *q, int64_t *n)
 {
     const int64_t chunks = q->q.cols / 64, tiles = (q->q.rows + 63) / 64;
     *n = tiles * chunks * FP4RL_W4B_TILE_CODE_BYTES / 4;
     uint32_t *pc = malloc((size_t)*n * 4);
-    for (int64_t i = 0; i < *n; i++) pc[i] = fp4rl_w4b_pack_codes(q->data, q->q.row_bytes, q->q.rows, chunks, i, hif4);
+    for (int64_t i = 0; i < *n; i++)
+        pc[i] = q->dtype == FP4RL_DTYPE_NVFP4
+                    ? fp4rl_w4b_pack_nv_codes(q->data, q->q.row_bytes, q->scales, q->q.tile, q->q.scale_cols, q->q.rows, chunks, i)
+                    : fp4rl_w4b_pack_codes(q->data, q->q.row_bytes, q->q.rows, chunks, i, q->dtype == FP4RL_DTYPE_HIF4);
     return pc;
 }
 
@@ -83,7 +86,7 @@ static void check_weight(fp4rl_context *ctx, int tile, int64_t N, int64_t K)
 
     /* the pack, by the functions the CUDA pack kernels call */
     int64_t ncw;
-    uint32_t *pc = pack_codes(q, 1, &ncw);
+    uint32_t *pc = pack_codes(q, &ncw);
     const int64_t nww = tiles * chunks * FP4RL_W4B_TILE_WORD_BYTES / 4;
     uint32_t *pwd = malloc((size_t)nww * 4);
     for (int64_t i = 0; i < nww; i++) pwd[i] = fp4rl_w4b_pack_word(words, q->q.scale_cols, N, chunks, i);
@@ -170,10 +173,7 @@ static void check_weight_e2m1(fp4rl_context *ctx, fp4rl_dtype fmt, int tile, int
         for (size_t i = 0; i < q->scales_bytes; i++) ck_assert_uint_le(sc[i], FP4RL_W4B_MX_MAX_SCALE);
     const int64_t chunks = K / 64, tiles = (N + 63) / 64;
     int64_t ncw;
-    uint32_t *pc = nv ? malloc((size_t)(tiles * chunks * FP4RL_W4B_TILE_CODE_BYTES)) : pack_codes(q, 0, &ncw);
-    if (nv)
-        for (int64_t i = 0; i < tiles * chunks * FP4RL_W4B_TILE_CODE_BYTES / 4; i++)
-            pc[i] = fp4rl_w4b_pack_nv_codes(q->data, q->q.row_bytes, sc, tile, q->q.scale_cols, N, chunks, i);
+    uint32_t *pc = pack_codes(q, &ncw);
     const int64_t nww = tiles * chunks * FP4RL_W4B_TILE_WORD_BYTES / 4;
     uint32_t *pwd = malloc((size_t)nww * 4);
     for (int64_t i = 0; i < nww; i++)
